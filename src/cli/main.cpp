@@ -1,0 +1,26 @@
+// m40-llm: the command-line entry point. Each command lives in its own file
+// and registers itself here.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "common/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"m40-llm: run GGUF language models on NVIDIA GPUs (Tesla M40 first) or the CPU",
+               "m40-llm"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("m40-llm ") + m40::cli::kVersion);
+
+  m40::cli::register_show_command(app);
+  m40::cli::register_gen_model_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return m40::cli::run_selected_command();
+}

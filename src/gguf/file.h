@@ -1,0 +1,87 @@
+// Reading GGUF files (versions 2 and 3): header, metadata, tensor infos and
+// the tensor data, straight from a memory mapping. Every structural defect —
+// truncation, bad magic, absurd counts, tensors outside the data section,
+// overlapping or misaligned tensors, unknown types, dimension overflow — is a
+// m40::FormatError naming the problem and its byte offset; nothing is
+// allocated in proportion to a count the file has not yet backed with bytes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/metadata.h"
+#include "gguf/tensor_type.h"
+
+namespace m40 {
+class MappedFile;
+}
+
+namespace m40::gguf {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian uint32
+constexpr uint32_t kDefaultAlignment = 32;
+constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
+
+struct TensorInfo {
+  std::string name;
+  // ggml order: dims[0] is the row length (the fastest-varying dimension).
+  std::vector<uint64_t> dims;
+  TensorType type = TensorType::F32;
+  uint64_t offset = 0;        // relative to the start of the data section
+  uint64_t element_count = 0;
+  uint64_t byte_size = 0;
+  uint64_t info_offset = 0;   // where this tensor's info starts in the file
+
+  uint64_t rows() const { return dims.empty() ? 0 : element_count / dims[0]; }
+};
+
+class File {
+ public:
+  // Maps and parses a file. Throws m40::Error if it cannot be opened and
+  // m40::FormatError if it is not a valid GGUF file.
+  static File open(const std::string& path);
+  // Parses bytes owned by the caller (they must outlive the File).
+  static File parse(std::span<const uint8_t> bytes);
+
+  File(File&&) noexcept;
+  File& operator=(File&&) noexcept;
+  ~File();
+
+  uint32_t version() const { return version_; }
+  uint32_t alignment() const { return alignment_; }
+  const Metadata& metadata() const { return metadata_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const;
+  const TensorInfo& tensor(std::string_view name) const;  // throws if missing
+
+  uint64_t data_offset() const { return data_offset_; }  // start of the data section
+  uint64_t file_size() const { return bytes_.size(); }
+  std::span<const uint8_t> tensor_data(const TensorInfo& t) const {
+    return bytes_.subspan(data_offset_ + t.offset, t.byte_size);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  File() = default;
+  void parse_all();
+
+  std::shared_ptr<MappedFile> mapping_;
+  std::span<const uint8_t> bytes_;
+  std::string path_;
+  uint32_t version_ = 0;
+  uint32_t alignment_ = kDefaultAlignment;
+  uint64_t data_offset_ = 0;
+  Metadata metadata_;
+  std::vector<TensorInfo> tensors_;
+};
+
+// Byte size of a tensor of this type and shape; throws m40::Error when the
+// row length is not a whole number of blocks or the size overflows.
+uint64_t tensor_byte_size(TensorType type, std::span<const uint64_t> dims);
+
+}  // namespace m40::gguf
