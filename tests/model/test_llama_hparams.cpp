@@ -1,0 +1,293 @@
+// LlamaHparams: the hyperparameters of every shared model match the values in
+// shared/models/README.md and synthetic/README.md (written independently of
+// this code, so they are hard-coded here), defaults apply where keys are
+// absent, and every missing, mistyped or inconsistent key is named.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <ostream>
+#include <string>
+
+#include "gguf/file.h"
+#include "model/llama_hparams.h"
+#include "test_paths.h"
+
+using namespace m40;
+using namespace m40::model;
+
+namespace {
+
+struct Expected {
+  const char* file;
+  uint32_t n_layer, n_embd, n_head, n_head_kv, n_ff, n_ctx, n_vocab, head_dim, n_rot;
+  float rms_eps;
+  bool tied;
+};
+
+// From shared/models/README.md and shared/models/synthetic/README.md.
+const Expected kModels[] = {
+    {"TinyStories-656K-Q8_0.gguf", 2, 128, 8, 4, 384, 512, 2048, 16, 16, 1e-6f, true},
+    {"TinyStories-656K-Q2_K.gguf", 2, 128, 8, 4, 384, 512, 2048, 16, 16, 1e-6f, true},
+    {"llama-2-tiny-random.gguf", 1, 8, 2, 2, 32, 4096, 32000, 4, 4, 1e-5f, false},
+    {"synthetic/tiny-llama-rand-F32.gguf", 2, 256, 4, 2, 768, 512, 2048, 64, 64, 1e-5f, false},
+    {"synthetic/tiny-llama-rand-F16.gguf", 2, 256, 4, 2, 768, 512, 2048, 64, 64, 1e-5f, false},
+    {"synthetic/tiny-llama-rand-Q8_0.gguf", 2, 256, 4, 2, 768, 512, 2048, 64, 64, 1e-5f, false},
+    {"synthetic/tiny-llama-rand-Q4_0.gguf", 2, 256, 4, 2, 768, 512, 2048, 64, 64, 1e-5f, false},
+    {"synthetic/tiny-llama-rand-Q4_K_M.gguf", 2, 256, 4, 2, 768, 512, 2048, 64, 64, 1e-5f, false},
+};
+
+void PrintTo(const Expected& e, std::ostream* os) { *os << e.file; }
+
+class SharedModel : public testing::TestWithParam<Expected> {};
+
+// A complete llama metadata set for the error tests; each test breaks one key.
+gguf::Metadata minimal_llama() {
+  gguf::Metadata m;
+  m.set("general.architecture", "llama");
+  m.set("llama.block_count", uint32_t{2});
+  m.set("llama.embedding_length", uint32_t{128});
+  m.set("llama.feed_forward_length", uint32_t{384});
+  m.set("llama.attention.head_count", uint32_t{8});
+  m.set("llama.context_length", uint32_t{512});
+  m.set("llama.attention.layer_norm_rms_epsilon", 1e-6f);
+  m.set("llama.vocab_size", uint32_t{100});
+  return m;
+}
+
+// The message of the HparamsError that reading `m` throws.
+std::string error_of(const gguf::Metadata& m) {
+  try {
+    LlamaHparams::from_metadata(m);
+  } catch (const HparamsError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an HparamsError";
+  return {};
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_P(SharedModel, HyperparametersMatchTheReadme) {
+  const Expected& e = GetParam();
+  const auto file = gguf::File::open(test::shared_model(e.file).string());
+  const auto hp = LlamaHparams::from_file(file);
+  EXPECT_EQ(hp.architecture, "llama");
+  EXPECT_EQ(hp.n_layer, e.n_layer);
+  EXPECT_EQ(hp.n_embd, e.n_embd);
+  EXPECT_EQ(hp.n_head, e.n_head);
+  EXPECT_EQ(hp.n_head_kv, e.n_head_kv);
+  EXPECT_EQ(hp.n_ff, e.n_ff);
+  EXPECT_EQ(hp.n_ctx_train, e.n_ctx);
+  EXPECT_EQ(hp.n_vocab, e.n_vocab);
+  EXPECT_EQ(hp.head_dim(), e.head_dim);
+  EXPECT_EQ(hp.n_rot, e.n_rot);
+  EXPECT_EQ(hp.n_gqa(), e.n_head / e.n_head_kv);
+  EXPECT_EQ(hp.q_dim(), e.n_embd);
+  EXPECT_EQ(hp.kv_dim(), e.n_head_kv * e.head_dim);
+  EXPECT_FLOAT_EQ(hp.rms_eps, e.rms_eps);
+  EXPECT_FLOAT_EQ(hp.rope_freq_base, 10000.0f);  // given, or the default where absent
+  EXPECT_EQ(hp.rope_scaling, RopeScaling::None);
+  EXPECT_FLOAT_EQ(hp.rope_scaling_factor, 1.0f);
+  EXPECT_EQ(hp.rope_style(), RopeStyle::Normal);
+  EXPECT_TRUE(hp.traits->runnable);
+  EXPECT_EQ(file.find_tensor("output.weight") == nullptr, e.tied);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, SharedModel, testing::ValuesIn(kModels),
+                         [](const testing::TestParamInfo<Expected>& param_info) {
+                           std::string name = param_info.param.file;
+                           for (char& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+
+TEST(LlamaHparams, Llama2TinyRandomHasNoFreqBaseKeySoTheDefaultApplies) {
+  const auto file = gguf::File::open(test::shared_model("llama-2-tiny-random.gguf").string());
+  ASSERT_FALSE(file.metadata().contains("llama.rope.freq_base"));
+  EXPECT_FLOAT_EQ(LlamaHparams::from_file(file).rope_freq_base, 10000.0f);
+}
+
+TEST(LlamaHparams, VocabularyOnlyLlamaFileReadsFromMetadataAlone) {
+  const auto file = gguf::File::open(test::shared_model("vocab/ggml-vocab-llama-spm.gguf").string());
+  ASSERT_TRUE(file.tensors().empty());
+  EXPECT_EQ(LlamaHparams::from_file(file).n_vocab, 32000u);
+}
+
+TEST(LlamaHparams, NonLlamaVocabularyFileIsRefusedByArchitecture) {
+  const auto file = gguf::File::open(test::shared_model("vocab/ggml-vocab-bert-bge.gguf").string());
+  try {
+    LlamaHparams::from_file(file);
+    FAIL() << "expected an HparamsError";
+  } catch (const HparamsError& e) {
+    EXPECT_TRUE(contains(e.what(), "'bert'")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "llama")) << e.what();
+  }
+}
+
+TEST(LlamaHparams, DefaultsApplyWhereOptionalKeysAreAbsent) {
+  const auto hp = LlamaHparams::from_metadata(minimal_llama());
+  EXPECT_EQ(hp.n_head_kv, 8u);   // head_count_kv defaults to head_count
+  EXPECT_EQ(hp.head_dim(), 16u);
+  EXPECT_EQ(hp.n_rot, 16u);      // rope.dimension_count defaults to the head dim
+  EXPECT_FLOAT_EQ(hp.rope_freq_base, 10000.0f);
+  EXPECT_EQ(hp.rope_scaling, RopeScaling::None);
+  EXPECT_EQ(hp.rope_scaling_orig_ctx, 0u);
+}
+
+TEST(LlamaHparams, EachRequiredKeyIsNamedWhenMissing) {
+  for (const char* key : {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
+                          "llama.attention.head_count", "llama.context_length",
+                          "llama.attention.layer_norm_rms_epsilon", "general.architecture"}) {
+    auto m = minimal_llama();
+    m.erase(key);
+    const std::string message = error_of(m);
+    EXPECT_TRUE(contains(message, std::string("'") + key + "'")) << key << ": " << message;
+    EXPECT_TRUE(contains(message, "missing")) << message;
+  }
+}
+
+TEST(LlamaHparams, MistypedKeysAreNamedWithTheirType) {
+  auto m = minimal_llama();
+  m.set("llama.block_count", "two");
+  std::string message = error_of(m);
+  EXPECT_TRUE(contains(message, "'llama.block_count'")) << message;
+  EXPECT_TRUE(contains(message, "string")) << message;
+
+  m = minimal_llama();
+  m.set("llama.attention.layer_norm_rms_epsilon", uint32_t{1});
+  message = error_of(m);
+  EXPECT_TRUE(contains(message, "'llama.attention.layer_norm_rms_epsilon'")) << message;
+  EXPECT_TRUE(contains(message, "uint32")) << message;
+
+  m = minimal_llama();
+  m.set("llama.attention.head_count_kv", int32_t{-4});
+  message = error_of(m);
+  EXPECT_TRUE(contains(message, "llama.attention.head_count_kv")) << message;
+
+  m = minimal_llama();
+  m.set("general.architecture", uint32_t{1});
+  message = error_of(m);
+  EXPECT_TRUE(contains(message, "general.architecture")) << message;
+}
+
+TEST(LlamaHparams, InconsistentShapesNameTheKeys) {
+  auto m = minimal_llama();
+  m.set("llama.attention.head_count_kv", uint32_t{3});
+  std::string message = error_of(m);
+  EXPECT_TRUE(contains(message, "llama.attention.head_count_kv")) << message;
+  EXPECT_TRUE(contains(message, "llama.attention.head_count")) << message;
+
+  m = minimal_llama();
+  m.set("llama.embedding_length", uint32_t{130});
+  message = error_of(m);
+  EXPECT_TRUE(contains(message, "llama.embedding_length")) << message;
+
+  m = minimal_llama();
+  m.set("llama.rope.dimension_count", uint32_t{32});  // more than the head dim of 16
+  EXPECT_TRUE(contains(error_of(m), "llama.rope.dimension_count"));
+
+  m = minimal_llama();
+  m.set("llama.block_count", uint32_t{0});
+  EXPECT_TRUE(contains(error_of(m), "llama.block_count"));
+
+  m = minimal_llama();
+  m.set("llama.attention.layer_norm_rms_epsilon", 0.0f);
+  EXPECT_TRUE(contains(error_of(m), "llama.attention.layer_norm_rms_epsilon"));
+
+  m = minimal_llama();
+  m.set("llama.rope.scaling.type", "sideways");
+  message = error_of(m);
+  EXPECT_TRUE(contains(message, "llama.rope.scaling.type")) << message;
+  EXPECT_TRUE(contains(message, "sideways")) << message;
+}
+
+TEST(LlamaHparams, UnknownArchitectureListsTheKnownOnes) {
+  auto m = minimal_llama();
+  m.set("general.architecture", "mamba");
+  const std::string message = error_of(m);
+  EXPECT_TRUE(contains(message, "'mamba'")) << message;
+  for (const auto& arch : known_architectures()) EXPECT_TRUE(contains(message, std::string(arch.name))) << message;
+}
+
+TEST(LlamaHparams, KeysAreReadUnderTheArchitecturePrefix) {
+  gguf::Metadata m;
+  m.set("general.architecture", "qwen2");
+  m.set("qwen2.block_count", uint32_t{24});
+  m.set("qwen2.embedding_length", uint32_t{896});
+  m.set("qwen2.feed_forward_length", uint32_t{4864});
+  m.set("qwen2.attention.head_count", uint32_t{14});
+  m.set("qwen2.attention.head_count_kv", uint32_t{2});
+  m.set("qwen2.context_length", uint32_t{32768});
+  m.set("qwen2.attention.layer_norm_rms_epsilon", 1e-6f);
+  m.set("qwen2.rope.freq_base", 1000000.0f);
+  m.set("llama.block_count", uint32_t{99});  // another prefix: ignored
+  gguf::Array tokens;
+  tokens.element_type = gguf::ValueType::STRING;
+  tokens.items.assign(151936, gguf::Value("t"));
+  m.set("tokenizer.ggml.tokens", gguf::Value(std::move(tokens)));
+
+  const auto hp = LlamaHparams::from_metadata(m);
+  EXPECT_EQ(hp.n_layer, 24u);
+  EXPECT_EQ(hp.head_dim(), 64u);
+  EXPECT_EQ(hp.n_gqa(), 7u);
+  EXPECT_EQ(hp.n_vocab, 151936u);  // from the token list, as there is no qwen2.vocab_size
+  EXPECT_FLOAT_EQ(hp.rope_freq_base, 1e6f);
+  EXPECT_EQ(hp.rope_style(), RopeStyle::NeoX);
+  EXPECT_TRUE(hp.traits->attention_qkv_bias);
+  EXPECT_FALSE(hp.traits->runnable);
+}
+
+TEST(LlamaHparams, KeyLengthOverridesTheDerivedHeadDim) {
+  auto m = minimal_llama();
+  m.set("llama.attention.key_length", uint32_t{32});
+  m.set("llama.attention.value_length", uint32_t{32});
+  const auto hp = LlamaHparams::from_metadata(m);
+  EXPECT_EQ(hp.head_dim(), 32u);
+  EXPECT_EQ(hp.q_dim(), 256u);
+  EXPECT_EQ(hp.n_rot, 32u);
+
+  m.set("llama.attention.value_length", uint32_t{16});
+  EXPECT_TRUE(contains(error_of(m), "llama.attention.value_length"));
+}
+
+TEST(LlamaHparams, VocabularySizeFallsBackToTheTokenEmbedding) {
+  auto m = minimal_llama();
+  m.erase("llama.vocab_size");
+  EXPECT_TRUE(contains(error_of(m), "vocabulary size"));
+
+  gguf::TensorInfo token_embd;
+  token_embd.name = "token_embd.weight";
+  token_embd.dims = {128, 777};
+  EXPECT_EQ(LlamaHparams::from_metadata(m, &token_embd).n_vocab, 777u);
+}
+
+TEST(LlamaHparams, RopeScalingIsRead) {
+  auto m = minimal_llama();
+  m.set("llama.rope.scaling.type", "yarn");
+  m.set("llama.rope.scaling.factor", 4.0f);
+  m.set("llama.rope.scaling.original_context_length", uint32_t{8192});
+  auto hp = LlamaHparams::from_metadata(m);
+  EXPECT_EQ(hp.rope_scaling, RopeScaling::Yarn);
+  EXPECT_FLOAT_EQ(hp.rope_scaling_factor, 4.0f);
+  EXPECT_EQ(hp.rope_scaling_orig_ctx, 8192u);
+  EXPECT_EQ(rope_scaling_name(hp.rope_scaling), "yarn");
+
+  // A factor without a type is linear scaling, as llama.cpp reads it.
+  m = minimal_llama();
+  m.set("llama.rope.scaling.factor", 2.0f);
+  hp = LlamaHparams::from_metadata(m);
+  EXPECT_EQ(hp.rope_scaling, RopeScaling::Linear);
+  EXPECT_FLOAT_EQ(hp.rope_scaling_factor, 2.0f);
+}
+
+TEST(LlamaHparams, ErrorsAreMetadataErrors) {
+  auto m = minimal_llama();
+  m.erase("llama.block_count");
+  EXPECT_THROW(LlamaHparams::from_metadata(m), gguf::MetadataError);
+  EXPECT_THROW(LlamaHparams::from_metadata(m), m40::Error);
+}
