@@ -1,0 +1,59 @@
+// The interface every compute backend (CPU, CUDA) offers the engine: one
+// forward step over a batch of tokens from one or more sequences, each token
+// at its position, with its K and V kept in the backend's cache.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace m40::backend {
+
+// The KV cache element type. F16 is the design's default; F32 exists to
+// compare with llama.cpp's F32-cache reference to the last digit.
+enum class KvType { F16, F32 };
+
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;   // position of each token in its sequence
+  std::vector<int32_t> seq_ids;     // which sequence (KV slot) each token belongs to
+  std::vector<uint8_t> want_logits; // 1 where the caller needs the logits of this token
+
+  void add(int32_t token, int32_t position, int32_t seq, bool logits) {
+    tokens.push_back(token);
+    positions.push_back(position);
+    seq_ids.push_back(seq);
+    want_logits.push_back(logits ? 1 : 0);
+  }
+  size_t size() const { return tokens.size(); }
+  size_t logits_count() const {
+    size_t n = 0;
+    for (auto w : want_logits) n += w;
+    return n;
+  }
+  void clear() {
+    tokens.clear();
+    positions.clear();
+    seq_ids.clear();
+    want_logits.clear();
+  }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int n_ctx() const = 0;       // positions per sequence
+  virtual int n_seq_max() const = 0;   // sequences (KV slots)
+  virtual int n_vocab() const = 0;
+
+  // Runs one step. Tokens of a sequence attend to that sequence's cached
+  // positions up to their own (causal), including earlier tokens of this
+  // batch. Writes n_vocab logits per token that wants them, in batch order,
+  // to `logits` (sized logits_count() * n_vocab). Throws m40::Error on a bad
+  // token id, position or sequence.
+  virtual void forward(const Batch& batch, std::span<float> logits) = 0;
+};
+
+}  // namespace m40::backend

@@ -1,0 +1,55 @@
+// The CPU backend: the llama forward pass in FP32 over weights read straight
+// from the GGUF mapping, a KV cache in FP16 (or FP32), and a thread pool over
+// matrix rows and attention heads.
+#pragma once
+
+#include <memory>
+
+#include "backends/backend.h"
+#include "backends/cpu/kv_cache.h"
+#include "backends/cpu/ops.h"
+#include "backends/cpu/thread_pool.h"
+#include "model/llama_hparams.h"
+#include "model/llama_weights.h"
+
+namespace m40::cpu {
+
+struct CpuBackendOptions {
+  int n_ctx = 2048;
+  int n_seq = 1;
+  backend::KvType kv_type = backend::KvType::F16;
+  unsigned threads = 0;  // 0: every core
+};
+
+class CpuBackend : public backend::Backend {
+ public:
+  // `weights` views the model's mapping, which must outlive the backend.
+  CpuBackend(const model::LlamaHparams& hparams, const model::LlamaWeights& weights, CpuBackendOptions options);
+
+  std::string name() const override { return "CPU"; }
+  int n_ctx() const override { return options_.n_ctx; }
+  int n_seq_max() const override { return options_.n_seq; }
+  int n_vocab() const override { return static_cast<int>(hparams_.n_vocab); }
+  unsigned threads() const { return pool_.size(); }
+  const KvCache& kv_cache() const { return kv_; }
+
+  void forward(const backend::Batch& batch, std::span<float> logits) override;
+
+ private:
+  void validate(const backend::Batch& batch, size_t logits_size) const;
+  void attention(int layer, const backend::Batch& batch, const float* q, float* out);
+  template <class T> void attention_typed(int layer, const backend::Batch& batch, const float* q, float* out);
+
+  model::LlamaHparams hparams_;
+  const model::LlamaWeights& weights_;
+  CpuBackendOptions options_;
+  ThreadPool pool_;
+  KvCache kv_;
+  RopeParams rope_;
+  std::vector<float> rope_freq_factors_;
+  std::vector<std::vector<float>> attn_norm_, ffn_norm_, bq_, bk_, bv_;
+  std::vector<float> output_norm_;
+  std::vector<int> filled_;  // positions cached per sequence
+};
+
+}  // namespace m40::cpu

@@ -1,0 +1,48 @@
+// The operations of the llama forward pass on the CPU, in FP32. They are the
+// reference the CUDA kernels are tested against (their "CPU twins"), so they
+// follow llama.cpp's definitions closely (RoPE angles, RMSNorm, SwiGLU).
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/thread_pool.h"
+#include "model/llama_hparams.h"
+#include "model/llama_weights.h"
+
+namespace m40::cpu {
+
+float dot(const float* a, const float* b, int64_t n);
+
+// y = x / sqrt(mean(x^2) + eps) * weight
+void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);
+
+struct RopeParams {
+  int head_dim = 0;
+  int n_rot = 0;             // rotated dimensions per head (the rest pass through)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;   // 1 / linear scaling factor
+  model::RopeStyle style = model::RopeStyle::Normal;
+  const float* freq_factors = nullptr;  // optional, n_rot / 2 divisors (Llama 3.1 rope_freqs)
+};
+
+// Rotates n_heads consecutive heads of `vec` in place for position `pos`.
+void rope(float* vec, int n_heads, int32_t pos, const RopeParams& p);
+
+// out = silu(gate) * up
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// In-place softmax over n values.
+void softmax(float* x, int64_t n);
+
+// y[t * w.rows + r] = dot(row r of W, x[t * w.cols ...]) for t < n_tokens.
+// W stays in its storage type; rows are dequantized on the fly, a few at a
+// time, and each dequantized row serves every token of the batch.
+void matmul(const model::WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+
+// Row `row` of W as floats (the embedding lookup).
+void get_row(const model::WeightView& w, int64_t row, float* out);
+
+// A whole 1-D weight (norms, biases) as floats.
+void load_vector(const model::WeightView& w, float* out);
+
+}  // namespace m40::cpu
