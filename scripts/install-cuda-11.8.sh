@@ -2,10 +2,15 @@
 # Installs Debian's CUDA 11.8 toolkit (package nvidia-cuda-toolkit, component
 # non-free), the last toolkit line that can still target the Tesla M40 (sm_52).
 # Idempotent and non-interactive; adds non-free to the apt sources when missing.
+#
+# Also installs g++-11: Debian's nvcc calls its own g++ wrapper, which accepts
+# g++ 6 to 11 only (CUDA 11.8 does not support the system's g++ 12), so without
+# g++-11 every nvcc call fails unless it is given -ccbin.
 set -euo pipefail
 
-if [ -x /usr/bin/nvcc ] && /usr/bin/nvcc --version | grep -q "release 11"; then
-  echo "install-cuda-11.8: $(/usr/bin/nvcc --version | grep release)"
+if [ -x /usr/bin/nvcc ] && /usr/bin/nvcc --version | grep -q "release 11" &&
+   command -v g++-11 >/dev/null 2>&1; then
+  echo "install-cuda-11.8: $(/usr/bin/nvcc --version | grep release), host compiler $(g++-11 --version | head -n 1)"
   exit 0
 fi
 
@@ -30,5 +35,5 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends nvidia-cuda-toolkit
+$SUDO apt-get install -y -q --no-install-recommends nvidia-cuda-toolkit g++-11
 /usr/bin/nvcc --version | grep release
