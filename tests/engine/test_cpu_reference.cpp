@@ -1,0 +1,243 @@
+// The CPU engine against llama.cpp's reference outputs for every shared model
+// (tolerances from the issue, grounded in ../shared/reference/README.md's
+// measured noise): logits at the last prompt position, at every prompt
+// position, and greedy continuations up to the first near-tie.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/cpu_backend.h"
+#include "gguf/file.h"
+#include "reference_case.h"
+
+using namespace m40;
+
+namespace {
+
+struct ModelUnderTest {
+  gguf::File file;
+  model::LlamaHparams hparams;
+  model::LlamaWeights weights;
+
+  explicit ModelUnderTest(const std::filesystem::path& path)
+      : file(gguf::File::open(path.string())),
+        hparams(model::LlamaHparams::from_file(file)),
+        weights(model::LlamaWeights::load(file, hparams)) {}
+
+  std::unique_ptr<cpu::CpuBackend> backend(backend::KvType kv = backend::KvType::F16, int n_ctx = 64) const {
+    cpu::CpuBackendOptions o;
+    o.n_ctx = n_ctx;
+    o.kv_type = kv;
+    o.threads = 2;
+    return std::make_unique<cpu::CpuBackend>(hparams, weights, o);
+  }
+};
+
+struct Param {
+  std::string model;
+  float tolerance;  // max |logit difference| allowed against the default reference
+};
+
+bool quantized(const std::string& model) {
+  return model.find("Q8_0") != std::string::npos || model.find("Q4") != std::string::npos ||
+         model.find("Q2_K") != std::string::npos;
+}
+
+std::vector<Param> all_models() {
+  std::vector<Param> out;
+  for (const char* m : {"tiny-llama-rand-F32", "tiny-llama-rand-F16", "tiny-llama-rand-Q8_0", "tiny-llama-rand-Q4_0",
+                        "tiny-llama-rand-Q4_K_M", "TinyStories-656K-Q8_0", "TinyStories-656K-Q2_K",
+                        "llama-2-tiny-random"}) {
+    out.push_back({m, quantized(m) ? 0.3f : 2e-2f});
+  }
+  return out;
+}
+
+size_t argmax(const float* v, size_t n) { return static_cast<size_t>(std::max_element(v, v + n) - v); }
+
+float max_abs_diff(const float* a, const float* b, size_t n) {
+  float d = 0;
+  for (size_t i = 0; i < n; ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+class CpuReference : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    path_ = test::model_for_reference(GetParam().model);
+    ref_dir_ = test::shared_dir() / "reference" / GetParam().model;
+    if (!std::filesystem::exists(path_) || !std::filesystem::exists(ref_dir_)) GTEST_SKIP() << "shared data missing";
+    model_ = std::make_unique<ModelUnderTest>(path_);
+  }
+  std::filesystem::path path_, ref_dir_;
+  std::unique_ptr<ModelUnderTest> model_;
+};
+
+}  // namespace
+
+TEST_P(CpuReference, LastPositionLogitsAndEveryPromptPosition) {
+  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
+  for (const char* prompt : {"once-upon-a-time", "the-quick-brown-fox"}) {
+    SCOPED_TRACE(prompt);
+    auto ref = test::ReferenceCase::load(ref_dir_ / prompt);
+    auto be = model_->backend();
+    backend::Batch batch;
+    const int n = static_cast<int>(ref.prompt.size());
+    for (int i = 0; i < n; ++i) batch.add(ref.prompt[i], i, 0, true);
+    std::vector<float> logits(static_cast<size_t>(n) * n_vocab, NAN);
+    be->forward(batch, logits);
+
+    const auto expected = ref.logits();
+    ASSERT_EQ(expected.size(), static_cast<size_t>(n_vocab));
+    const float* last = logits.data() + static_cast<size_t>(n - 1) * n_vocab;
+    EXPECT_LE(max_abs_diff(last, expected.data(), n_vocab), GetParam().tolerance);
+    EXPECT_EQ(argmax(last, n_vocab), argmax(expected.data(), n_vocab));
+
+    // Every prompt position: the issue's bound is for the last one; llama.cpp
+    // quantizes activations to 8 bits for quantized weights, and that noise
+    // reaches 0.36 at some earlier positions of the Q4_K_M model, so those
+    // get half again the tolerance (F32/F16 models keep theirs).
+    const float all_tolerance = quantized(GetParam().model) ? 1.5f * GetParam().tolerance : GetParam().tolerance;
+    const auto all = ref.logits(".logits_all.bin");
+    ASSERT_EQ(all.size(), logits.size());
+    for (int i = 0; i < n; ++i) {
+      EXPECT_LE(max_abs_diff(logits.data() + static_cast<size_t>(i) * n_vocab, all.data() + static_cast<size_t>(i) * n_vocab,
+                             n_vocab),
+                all_tolerance)
+          << "position " << i;
+    }
+  }
+}
+
+TEST_P(CpuReference, GreedyContinuationUpToTheFirstNearTie) {
+  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
+  for (const char* prompt : {"once-upon-a-time", "the-quick-brown-fox"}) {
+    SCOPED_TRACE(prompt);
+    auto ref = test::ReferenceCase::load(ref_dir_ / prompt);
+    auto be = model_->backend();
+    backend::Batch batch;
+    const int n = static_cast<int>(ref.prompt.size());
+    for (int i = 0; i < n; ++i) batch.add(ref.prompt[i], i, 0, i == n - 1);
+    std::vector<float> logits(n_vocab);
+    be->forward(batch, logits);
+    int compared = 0;
+    for (size_t step = 0; step < ref.greedy.size(); ++step) {
+      if (ref.greedy[step].margin_to_2nd < GetParam().tolerance) break;  // a legitimate tie from here on
+      const int32_t next = static_cast<int32_t>(argmax(logits.data(), n_vocab));
+      ASSERT_EQ(next, ref.greedy[step].id) << "step " << step;
+      ++compared;
+      batch.clear();
+      batch.add(next, n + static_cast<int32_t>(step), 0, true);
+      be->forward(batch, logits);
+    }
+    RecordProperty(std::string(prompt) + "_steps_compared", compared);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedModels, CpuReference, ::testing::ValuesIn(all_models()),
+                         [](const auto& param_info) {
+                           std::string s = param_info.param.model;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+// With an F32 KV cache, llama.cpp's flash-attention-off CPU path computes in
+// FP32 throughout: the two implementations agree to rounding.
+TEST(CpuReferenceTight, F32WeightsWithF32CacheMatchWithin1e3) {
+  auto path = test::model_for_reference("tiny-llama-rand-F32");
+  auto dir = test::shared_dir() / "reference" / "tiny-llama-rand-F32" / "variants" / "kvf32-fa-off";
+  if (!std::filesystem::exists(path) || !std::filesystem::exists(dir)) GTEST_SKIP() << "shared data missing";
+  ModelUnderTest m(path);
+  const int n_vocab = static_cast<int>(m.hparams.n_vocab);
+  for (const char* prompt : {"once-upon-a-time", "the-quick-brown-fox"}) {
+    auto ref = test::ReferenceCase::load(dir / prompt);
+    auto be = m.backend(backend::KvType::F32);
+    backend::Batch batch;
+    for (size_t i = 0; i < ref.prompt.size(); ++i) batch.add(ref.prompt[i], static_cast<int>(i), 0, i + 1 == ref.prompt.size());
+    std::vector<float> logits(n_vocab, NAN);
+    be->forward(batch, logits);
+    EXPECT_LE(max_abs_diff(logits.data(), ref.logits().data(), n_vocab), 1e-3f) << prompt;
+  }
+}
+
+// Decoding the prompt one token at a time reads back through the KV cache
+// what one batched step computes at once.
+TEST(CpuEngine, TokenByTokenEqualsOneBatch) {
+  auto path = test::model_for_reference("tiny-llama-rand-Q4_K_M");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared data missing";
+  ModelUnderTest m(path);
+  const int n_vocab = static_cast<int>(m.hparams.n_vocab);
+  const std::vector<int32_t> prompt = {1, 80, 247, 1807, 80, 1216, 983, 480, 76};
+  auto batched = m.backend(backend::KvType::F32);
+  backend::Batch batch;
+  for (size_t i = 0; i < prompt.size(); ++i) batch.add(prompt[i], static_cast<int>(i), 0, true);
+  std::vector<float> all(prompt.size() * n_vocab);
+  batched->forward(batch, all);
+
+  auto stepwise = m.backend(backend::KvType::F32);
+  std::vector<float> one(n_vocab);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    batch.clear();
+    batch.add(prompt[i], static_cast<int>(i), 0, true);
+    stepwise->forward(batch, one);
+    EXPECT_LE(max_abs_diff(one.data(), all.data() + i * n_vocab, n_vocab), 1e-4f) << "position " << i;
+  }
+}
+
+// Two sequences in one batch do not see each other's cache.
+TEST(CpuEngine, SequencesInOneBatchAreIndependent) {
+  auto path = test::model_for_reference("tiny-llama-rand-F16");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared data missing";
+  ModelUnderTest m(path);
+  const int n_vocab = static_cast<int>(m.hparams.n_vocab);
+  cpu::CpuBackendOptions o;
+  o.n_ctx = 32;
+  o.n_seq = 2;
+  cpu::CpuBackend both(m.hparams, m.weights, o);
+  const std::vector<int32_t> a = {1, 80, 147, 201}, b = {1, 500, 600};
+  backend::Batch batch;
+  for (size_t i = 0; i < a.size(); ++i) batch.add(a[i], static_cast<int>(i), 0, i + 1 == a.size());
+  for (size_t i = 0; i < b.size(); ++i) batch.add(b[i], static_cast<int>(i), 1, i + 1 == b.size());
+  std::vector<float> out(2 * n_vocab);
+  both.forward(batch, out);
+
+  for (int which = 0; which < 2; ++which) {
+    const auto& seq = which == 0 ? a : b;
+    auto alone = m.backend();
+    backend::Batch single;
+    for (size_t i = 0; i < seq.size(); ++i) single.add(seq[i], static_cast<int>(i), 0, i + 1 == seq.size());
+    std::vector<float> expected(n_vocab);
+    alone->forward(single, expected);
+    EXPECT_LE(max_abs_diff(expected.data(), out.data() + which * n_vocab, n_vocab), 1e-4f) << "sequence " << which;
+  }
+}
+
+TEST(CpuEngine, BadBatchesAreRefusedWithClearErrors) {
+  auto path = test::model_for_reference("TinyStories-656K-Q8_0");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared data missing";
+  ModelUnderTest m(path);
+  auto be = m.backend(backend::KvType::F16, 8);
+  std::vector<float> logits(m.hparams.n_vocab);
+  auto expect_error = [&](backend::Batch b, const std::string& fragment) {
+    try {
+      be->forward(b, logits);
+      FAIL() << "expected an error containing " << fragment;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  backend::Batch b;
+  b.add(5000, 0, 0, true);
+  expect_error(b, "outside the vocabulary");
+  b.clear();
+  b.add(1, 8, 0, true);
+  expect_error(b, "outside the context");
+  b.clear();
+  b.add(1, 3, 0, true);
+  expect_error(b, "skips uncached positions");
+  b.clear();
+  b.add(1, 0, 1, true);
+  expect_error(b, "no KV slot");
+  expect_error(backend::Batch{}, "empty batch");
+}
