@@ -1,0 +1,88 @@
+// `m40-llm bench MODEL`: prompt processing and generation throughput, printed
+// as a markdown table like llama-bench's.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.h"
+#include "engine/backend_factory.h"
+#include "engine/benchmark.h"
+#include "model/model_summary.h"
+
+namespace m40::cli {
+
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  std::vector<int> prompt_sizes = {512};
+  std::vector<int> generate_sizes = {128};
+  int repetitions = 5;
+  unsigned threads = 0;
+  bool cpu = false;
+};
+
+int run_bench(const BenchOptions& o) {
+  auto model = model::LoadedModel::open(o.model);
+  std::vector<engine::BenchmarkTest> tests;
+  int n_ctx = 16;
+  for (int p : o.prompt_sizes) {
+    if (p > 0) tests.push_back({"pp" + std::to_string(p), p, 0});
+    n_ctx = std::max(n_ctx, p);
+  }
+  for (int n : o.generate_sizes) {
+    if (n > 0) tests.push_back({"tg" + std::to_string(n), 0, n});
+    n_ctx = std::max(n_ctx, n);
+  }
+  if (tests.empty()) throw Error("nothing to measure: give -p or -n a positive size");
+
+  engine::BackendOptions bo;
+  bo.n_ctx = n_ctx;
+  bo.threads = o.threads;
+  bo.force_cpu = o.cpu;
+  auto backend = engine::make_backend(*model, bo);
+
+  uint64_t params = 0;
+  for (const auto& t : model->file.tensors()) params += t.element_count;
+  const std::string size = model::format_bytes(model->weights.total_bytes());
+  const std::string threads = o.threads == 0 ? std::to_string(std::max(1u, std::thread::hardware_concurrency()))
+                                             : std::to_string(o.threads);
+  std::printf("| model                          |       size |     params | backend    | threads |            test |"
+              "                  t/s |\n");
+  std::printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: |"
+              " -------------------: |\n");
+  for (const auto& test : tests) {
+    const auto r = engine::run_benchmark(*backend, test, o.repetitions);
+    char rate[64];
+    std::snprintf(rate, sizeof rate, "%.2f ± %.2f", r.tokens_per_second_mean, r.tokens_per_second_stddev);
+    std::printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", model->description().c_str(), size.c_str(),
+                model::format_parameter_count(params).c_str(), backend->name().c_str(), threads.c_str(),
+                test.name.c_str(), rate);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench_command(CLI::App& app) {
+  auto opts = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench",
+                                     "Measure prompt processing (ppN) and generation (tgN) speed in tokens/s, "
+                                     "as a markdown table like llama-bench");
+  cmd->add_option("MODEL", opts->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-p,--n-prompt", opts->prompt_sizes, "Prompt sizes to process in one batch (0 skips)")
+      ->capture_default_str();
+  cmd->add_option("-n,--n-gen", opts->generate_sizes, "Numbers of tokens to generate one by one (0 skips)")
+      ->capture_default_str();
+  cmd->add_option("-r,--repetitions", opts->repetitions, "Timed repetitions per test (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: every core)");
+  cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
+  cmd->callback([opts] { set_command_action([opts] { return run_bench(*opts); }); });
+}
+
+}  // namespace m40::cli

@@ -1,0 +1,26 @@
+// Chooses and builds the compute backend for a loaded model. The engine and
+// the commands go through here and never name a backend themselves.
+#pragma once
+
+#include <memory>
+
+#include "backends/backend.h"
+#include "model/loaded_model.h"
+
+namespace m40::engine {
+
+struct BackendOptions {
+  int n_ctx = 0;          // 0: the model's training context, capped at 4096
+  int n_seq = 1;          // sequences (KV slots)
+  backend::KvType kv_type = backend::KvType::F16;
+  unsigned threads = 0;   // CPU threads, 0: every core
+  bool force_cpu = false; // --cpu
+};
+
+// The context size a request for `requested` tokens gets (0 = default), with
+// a warning on stderr when it exceeds what the model was trained for.
+int resolve_context_size(const model::LoadedModel& model, int requested);
+
+std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, const BackendOptions& options);
+
+}  // namespace m40::engine

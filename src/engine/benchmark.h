@@ -1,0 +1,31 @@
+// Throughput measurement in llama-bench's terms: prompt processing (ppN: one
+// batch of N tokens) and text generation (tgN: N single-token steps), each
+// repeated, after an untimed warm-up run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+
+namespace m40::engine {
+
+struct BenchmarkTest {
+  std::string name;  // "pp512", "tg128"
+  int n_prompt = 0;  // tokens in one batch (pp)
+  int n_generate = 0;  // single-token steps (tg)
+};
+
+struct BenchmarkResult {
+  BenchmarkTest test;
+  std::vector<double> seconds;  // one per repetition
+  double tokens_per_second_mean = 0;
+  double tokens_per_second_stddev = 0;
+};
+
+// Runs `test` once untimed, then `repetitions` times, each from position 0 of
+// sequence 0 (earlier contents are overwritten). Token ids are drawn
+// reproducibly from the vocabulary.
+BenchmarkResult run_benchmark(backend::Backend& backend, const BenchmarkTest& test, int repetitions);
+
+}  // namespace m40::engine
