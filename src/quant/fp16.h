@@ -31,21 +31,22 @@ M40_HOST_DEVICE inline float float_from_bits(uint32_t bits) {
 #endif
 }
 
-// Exact: every half is representable as a float.
+// Exact: every half is representable as a float. Written with bit masks, not
+// branches, so that the host compiler vectorizes rows of halves.
 M40_HOST_DEVICE inline float half_to_float(uint16_t half) {
   const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
   const uint32_t magnitude = half & 0x7fffu;
   const uint32_t exponent = magnitude >> 10;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, exact in float arithmetic.
-    const float value = static_cast<float>(magnitude) * 5.9604644775390625e-8f;
-    return float_from_bits(sign | float_bits(value));
-  }
-  // Moving exponent and mantissa up by 13 bits leaves the exponent biased by
-  // 15; adding 112 rebiases to 127. Inf and NaN (exponent 31) go to 255,
-  // keeping the NaN payload.
-  const uint32_t rebias = exponent == 0x1fu ? (255u - 31u) << 23 : (127u - 15u) << 23;
-  return float_from_bits(sign | ((magnitude << 13) + rebias));
+  const uint32_t if_inf_or_nan = 0u - static_cast<uint32_t>(exponent == 0x1fu);  // all ones or zero
+  const uint32_t if_subnormal = 0u - static_cast<uint32_t>(exponent == 0u);
+  // Normal, inf, NaN: moving exponent and mantissa up by 13 bits leaves the
+  // exponent biased by 15; adding 112 rebiases to 127, and another 112 takes
+  // inf and NaN (exponent 31) to 255, keeping the NaN payload.
+  const uint32_t widened = (magnitude << 13) + (112u << 23) + (if_inf_or_nan & (112u << 23));
+  // Zero and subnormal: mantissa * 2^-24, exact in float arithmetic.
+  const uint32_t subnormal =
+      float_bits(static_cast<float>(static_cast<int32_t>(magnitude)) * 5.9604644775390625e-8f);
+  return float_from_bits(sign | (subnormal & if_subnormal) | (widened & ~if_subnormal));
 }
 
 // Rounds to nearest, ties to even. Overflow gives inf; NaN stays a (quiet) NaN.

@@ -28,13 +28,15 @@ inline uint16_t finite_half(float scale) {
   return (half & 0x7fffu) >= 0x7c00u ? static_cast<uint16_t>((half & 0x8000u) | 0x7bffu) : half;
 }
 
-// The value of largest magnitude, with its sign (the first one on ties).
+// The value of largest magnitude, with its sign (the positive one on ties).
 inline float signed_extreme(const float* x, int n) {
-  float extreme = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    if (std::fabs(x[j]) > std::fabs(extreme)) extreme = x[j];
+  float low = x[0];
+  float high = x[0];
+  for (int j = 1; j < n; ++j) {
+    low = std::min(low, x[j]);
+    high = std::max(high, x[j]);
   }
-  return extreme;
+  return -low > high ? low : high;
 }
 
 // --- 32-value formats
