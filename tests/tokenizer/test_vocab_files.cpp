@@ -1,0 +1,136 @@
+// Every case of llama.cpp's tokenizer tests (shared/models/vocab/*.inp/.out,
+// ids from the Hugging Face tokenizers) must come out exactly, for every
+// vocabulary whose .gguf is present; and the ids must turn back into the
+// input text.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "tokenizer/vocab.h"
+#include "vocab_test_files.h"
+
+namespace m40::tokenizer {
+namespace {
+
+using test::join_ids;
+using test::printable;
+using test::read_vocab_cases;
+using test::vocab_path;
+
+class VocabFiles : public testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(vocab_path(GetParam()))) GTEST_SKIP() << vocab_path(GetParam()) << " is not present";
+    cases_ = read_vocab_cases(GetParam());
+    ASSERT_FALSE(cases_.empty()) << "no test cases for " << GetParam();
+    vocab_ = std::make_unique<Vocab>(Vocab::from_file(vocab_path(GetParam()).string()));
+  }
+  std::vector<test::VocabCase> cases_;
+  std::unique_ptr<Vocab> vocab_;
+};
+
+TEST_P(VocabFiles, EveryCaseTokenizesLikeLlamaCpp) {
+  size_t passed = 0;
+  for (const auto& c : cases_) {
+    const std::vector<TokenId> ids = vocab_->encode(c.text, {.add_special = false, .parse_special = false});
+    if (ids == c.expected) {
+      ++passed;
+    } else {
+      ADD_FAILURE() << GetParam() << ": '" << printable(c.text) << "'\n  expected" << join_ids(c.expected)
+                    << "\n  got     " << join_ids(ids);
+    }
+  }
+  std::printf("[ vocab    ] %s: %zu/%zu cases exact\n", GetParam(), passed, cases_.size());
+  RecordProperty("cases_passed", std::to_string(passed) + "/" + std::to_string(cases_.size()));
+}
+
+TEST_P(VocabFiles, StreamingDetokenizerGivesTheTextBack) {
+  for (const auto& c : cases_) {
+    StreamingDetokenizer stream(*vocab_);
+    std::string text;
+    for (TokenId id : c.expected) stream.push(id, text);
+    stream.flush(text);
+    EXPECT_EQ(printable(text), printable(c.text)) << GetParam();
+  }
+}
+
+TEST_P(VocabFiles, DecodeGivesTheTextBackWhereTheVocabularyDoesNotCleanSpaces) {
+  if (vocab_->clean_spaces()) GTEST_SKIP() << GetParam() << " tidies spaces around punctuation when decoding";
+  for (const auto& c : cases_) {
+    EXPECT_EQ(printable(vocab_->decode(c.expected)), printable(c.text)) << GetParam();
+  }
+}
+
+TEST_P(VocabFiles, BosIsAddedAsTheVocabularySays) {
+  const std::vector<TokenId> ids = vocab_->encode("Hello world");
+  const std::vector<TokenId> bare = vocab_->encode("Hello world", {.add_special = false});
+  if (vocab_->add_bos()) {
+    ASSERT_EQ(ids.size(), bare.size() + 1);
+    EXPECT_EQ(ids.front(), vocab_->special().bos);
+  } else {
+    EXPECT_EQ(ids, bare);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, VocabFiles,
+                         testing::Values("llama-spm", "phi-3", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "mpt",
+                                         "refact", "starcoder", "qwen2", "llama-bpe", "command-r"),
+                         [](const testing::TestParamInfo<const char*>& param_info) {
+                           std::string name = param_info.param;
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
+
+TEST(VocabFiles, WordPieceIsRefusedWithAClearMessage) {
+  const auto path = vocab_path("bert-bge");
+  if (!std::filesystem::exists(path)) GTEST_SKIP();
+  try {
+    Vocab::from_file(path.string());
+    FAIL() << "a WordPiece vocabulary loaded";
+  } catch (const TokenizerError& e) {
+    EXPECT_NE(std::string(e.what()).find("WordPiece"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not supported yet"), std::string::npos) << e.what();
+  }
+}
+
+TEST(VocabFiles, MetadataOfTheLlamaVocabulary) {
+  const auto path = vocab_path("llama-spm");
+  if (!std::filesystem::exists(path)) GTEST_SKIP();
+  const Vocab v = Vocab::from_file(path.string());
+  EXPECT_EQ(v.kind(), VocabKind::kSpm);
+  EXPECT_EQ(v.size(), 32000u);
+  EXPECT_EQ(v.special().bos, 1);
+  EXPECT_EQ(v.special().eos, 2);
+  EXPECT_EQ(v.special().unk, 0);
+  EXPECT_EQ(v.special().newline, 13);  // <0x0A>
+  EXPECT_TRUE(v.add_bos());
+  EXPECT_FALSE(v.add_eos());
+  EXPECT_TRUE(v.add_space_prefix());
+  EXPECT_EQ(v.type(1), TokenType::kControl);
+  EXPECT_EQ(v.type(13), TokenType::kByte);
+  EXPECT_TRUE(v.is_end_of_generation(2));
+  EXPECT_EQ(v.find("▁Hello"), std::optional<TokenId>(15043));
+}
+
+TEST(VocabFiles, MetadataOfTheGpt2Vocabulary) {
+  const auto path = vocab_path("gpt-2");
+  if (!std::filesystem::exists(path)) GTEST_SKIP();
+  const Vocab v = Vocab::from_file(path.string());
+  EXPECT_EQ(v.kind(), VocabKind::kBpe);
+  EXPECT_EQ(v.pre_name(), "gpt-2");
+  EXPECT_EQ(v.size(), 50257u);
+  EXPECT_EQ(v.merge_count(), 50000u);
+  EXPECT_EQ(v.special().bos, 50256);
+  EXPECT_EQ(v.special().eos, 50256);
+  EXPECT_EQ(v.special().eot, 50256);  // <|endoftext|>
+  EXPECT_EQ(v.special().newline, 198);  // "Ċ"
+  EXPECT_FALSE(v.add_bos());
+  EXPECT_TRUE(v.clean_spaces());
+  EXPECT_TRUE(v.warnings().empty());
+}
+
+}  // namespace
+}  // namespace m40::tokenizer
