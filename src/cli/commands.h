@@ -15,6 +15,7 @@ inline constexpr const char* kVersion = "0.1.0";
 void register_show_command(CLI::App& app);
 void register_gen_model_command(CLI::App& app);
 void register_bench_command(CLI::App& app);
+void register_run_command(CLI::App& app);
 
 // Registers the action of the subcommand being defined; run_selected_command
 // runs the one the user chose, turning m40::Error into a one-line message and

@@ -1,0 +1,142 @@
+// `m40-llm run MODEL PROMPT`: generates a continuation of PROMPT and streams
+// it to stdout as it is produced.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "engine/backend_factory.h"
+#include "engine/generator.h"
+#include "tokenizer/vocab.h"
+
+namespace m40::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  engine::SamplerParams sampler;
+  int64_t seed = -1;
+  int max_tokens = -1;
+  int ctx = 0;
+  unsigned threads = 0;
+  bool cpu = false;
+  bool verbose = false;
+  bool ignore_eos = false;
+  std::string kv_type = "f16";
+  std::vector<std::string> stop;
+  std::string logits_out;
+};
+
+void print_duration(const char* label, double seconds) {
+  if (seconds >= 1.0) {
+    std::fprintf(stderr, "%-22s%.6fs\n", label, seconds);
+  } else {
+    std::fprintf(stderr, "%-22s%.6fms\n", label, seconds * 1e3);
+  }
+}
+
+void write_logits(const std::string& path, const std::vector<float>& logits) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  if (!out) throw Error("cannot write the logits to '" + path + "'");
+}
+
+int run_run(RunOptions o) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto model = model::LoadedModel::open(o.model);
+  auto vocab = tokenizer::Vocab::from_metadata(model->file.metadata());
+  engine::BackendOptions bo;
+  bo.n_ctx = o.ctx;
+  bo.threads = o.threads;
+  bo.force_cpu = o.cpu;
+  if (o.kv_type == "f32") bo.kv_type = backend::KvType::F32;
+  else if (o.kv_type != "f16") throw Error("--kv-type must be f16 or f32");
+  auto backend = engine::make_backend(*model, bo);
+  const double load_seconds = std::chrono::duration<double>(clock::now() - start).count();
+
+  const auto prompt = vocab.encode(o.prompt, {.add_special = true, .parse_special = true});
+  engine::GenerationOptions go;
+  go.sampler = o.sampler;
+  go.sampler.seed = o.seed < 0 ? engine::kRandomSeed : static_cast<uint64_t>(o.seed);
+  go.max_tokens = o.max_tokens;
+  go.stop = o.stop;
+  go.ignore_eos = o.ignore_eos;
+  engine::Generator generator(*backend, vocab);
+  std::vector<float> logits;
+  const auto result = generator.generate(
+      prompt, go,
+      [](std::string_view text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      },
+      o.logits_out.empty() ? nullptr : &logits);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!o.logits_out.empty()) write_logits(o.logits_out, logits);
+
+  if (o.verbose) {
+    const double total = std::chrono::duration<double>(clock::now() - start).count();
+    const int n_gen = static_cast<int>(result.tokens.size());
+    std::fprintf(stderr, "\n");
+    print_duration("total duration:", total);
+    print_duration("load duration:", load_seconds);
+    std::fprintf(stderr, "%-22s%d token(s)\n", "prompt eval count:", result.prompt_tokens);
+    print_duration("prompt eval duration:", result.prompt_seconds);
+    std::fprintf(stderr, "%-22s%.2f tokens/s\n", "prompt eval rate:", result.prompt_tokens / result.prompt_seconds);
+    std::fprintf(stderr, "%-22s%d token(s)\n", "eval count:", n_gen);
+    print_duration("eval duration:", result.generate_seconds);
+    std::fprintf(stderr, "%-22s%.2f tokens/s\n", "eval rate:",
+                 result.generate_seconds > 0 ? n_gen / result.generate_seconds : 0.0);
+    std::fprintf(stderr, "%-22s%s\n", "finish reason:",
+                 std::string(engine::finish_reason_name(result.finish_reason)).c_str());
+    std::fprintf(stderr, "%-22s%s\n", "backend:", backend->name().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_run_command(CLI::App& app) {
+  auto opts = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate a continuation of PROMPT with MODEL, streamed to stdout");
+  cmd->add_option("MODEL", opts->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("PROMPT", opts->prompt, "The prompt (special tokens such as <s> in it are parsed)")->required();
+  auto& s = opts->sampler;
+  cmd->add_option("--temperature,--temp", s.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
+  cmd->add_option("--top-k", s.top_k, "Keep the K most likely tokens; 0 disables")->capture_default_str();
+  cmd->add_option("--top-p", s.top_p, "Keep the smallest set of tokens whose probability reaches P; 1 disables")
+      ->capture_default_str();
+  cmd->add_option("--min-p", s.min_p, "Drop tokens below P times the most likely one's probability; 0 disables")
+      ->capture_default_str();
+  cmd->add_option("--repeat-penalty", s.repeat_penalty, "Penalty for repeating recent tokens; 1 disables")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", s.penalty_last_n, "How many recent tokens the penalties look at; -1: all")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", s.frequency_penalty, "Subtracted per earlier occurrence")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", s.presence_penalty, "Subtracted once for any earlier occurrence")
+      ->capture_default_str();
+  cmd->add_option("--seed", opts->seed, "Random seed for reproducible sampling; -1: random")->capture_default_str();
+  cmd->add_option("-n,--max-tokens", opts->max_tokens, "Most tokens to generate; -1: until end or context full")
+      ->capture_default_str();
+  cmd->add_option("--stop", opts->stop, "Stop when this text is generated (repeatable; not printed)");
+  cmd->add_option("--ctx", opts->ctx, "Context size in tokens (default: the model's, at most 4096)");
+  cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: every core)");
+  cmd->add_option("--kv-type", opts->kv_type, "KV cache element type: f16 or f32")->capture_default_str();
+  cmd->add_flag("--ignore-eos", opts->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
+  cmd->add_flag("--verbose", opts->verbose, "Print timings (prompt and generation speed) to stderr afterwards");
+  cmd->add_option("--logits-out", opts->logits_out,
+                  "Write the float32 logits of the last prompt position to this file");
+  cmd->callback([opts] { set_command_action([opts] { return run_run(*opts); }); });
+}
+
+}  // namespace m40::cli
