@@ -74,54 +74,6 @@ void CpuBackend::validate(const backend::Batch& batch, size_t logits_size) const
   }
 }
 
-template <class T>
-void CpuBackend::attention_typed(int layer, const backend::Batch& batch, const float* q, float* out) {
-  const int n_head = static_cast<int>(hparams_.n_head);
-  const int head_dim = static_cast<int>(hparams_.head_dim());
-  const int kv_dim = static_cast<int>(hparams_.kv_dim());
-  const int gqa = static_cast<int>(hparams_.n_gqa());
-  const int q_dim = static_cast<int>(hparams_.q_dim());
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int64_t work = static_cast<int64_t>(batch.size()) * n_head;
-  pool_.parallel_for(work, [&](int64_t begin, int64_t end, unsigned) {
-    std::vector<float> scores;
-    std::vector<float> acc(head_dim);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / n_head;
-      const int h = static_cast<int>(item % n_head);
-      const int seq = batch.seq_ids[t];
-      const int n_pos = batch.positions[t] + 1;
-      const int kv_head = h / gqa;
-      const float* qh = q + t * q_dim + h * head_dim;
-      const T* keys = kv_.keys<T>(layer, seq) + kv_head * head_dim;
-      const T* values = kv_.values<T>(layer, seq) + kv_head * head_dim;
-      scores.resize(n_pos);
-      for (int j = 0; j < n_pos; ++j) {
-        const T* k = keys + static_cast<int64_t>(j) * kv_dim;
-        float s = 0.0f;
-        for (int d = 0; d < head_dim; ++d) s += qh[d] * kv_to_float(k[d]);
-        scores[j] = s * scale;
-      }
-      softmax(scores.data(), n_pos);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int j = 0; j < n_pos; ++j) {
-        const T* v = values + static_cast<int64_t>(j) * kv_dim;
-        const float p = scores[j];
-        for (int d = 0; d < head_dim; ++d) acc[d] += p * kv_to_float(v[d]);
-      }
-      std::memcpy(out + t * q_dim + h * head_dim, acc.data(), head_dim * sizeof(float));
-    }
-  });
-}
-
-void CpuBackend::attention(int layer, const backend::Batch& batch, const float* q, float* out) {
-  if (kv_.type() == backend::KvType::F16) {
-    attention_typed<uint16_t>(layer, batch, q, out);
-  } else {
-    attention_typed<float>(layer, batch, q, out);
-  }
-}
-
 void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
   validate(batch, logits.size());
   const auto& hp = hparams_;
@@ -151,7 +103,9 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
       rope(k.data() + t * kv_dim, static_cast<int>(hp.n_head_kv), batch.positions[t], rope_);
       kv_.store(layer, batch.seq_ids[t], batch.positions[t], k.data() + t * kv_dim, v.data() + t * kv_dim);
     }
-    attention(layer, batch, q.data(), attn.data());
+    AttentionShape shape{static_cast<int>(hp.n_head), static_cast<int>(hp.n_head_kv), static_cast<int>(hp.head_dim())};
+    cpu::attention(kv_, layer, shape, q.data(), batch.seq_ids.data(), batch.positions.data(), static_cast<int>(n),
+                   attn.data(), pool_);
     matmul(w.wo, attn.data(), n, proj.data(), pool_);
     add_in_place(x.data(), proj.data(), n * n_embd);
 

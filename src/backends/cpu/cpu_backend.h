@@ -37,8 +37,6 @@ class CpuBackend : public backend::Backend {
 
  private:
   void validate(const backend::Batch& batch, size_t logits_size) const;
-  void attention(int layer, const backend::Batch& batch, const float* q, float* out);
-  template <class T> void attention_typed(int layer, const backend::Batch& batch, const float* q, float* out);
 
   model::LlamaHparams hparams_;
   const model::LlamaWeights& weights_;

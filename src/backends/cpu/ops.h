@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backends/cpu/kv_cache.h"
 #include "backends/cpu/thread_pool.h"
 #include "model/llama_hparams.h"
 #include "model/llama_weights.h"
@@ -44,5 +45,19 @@ void get_row(const model::WeightView& w, int64_t row, float* out);
 
 // A whole 1-D weight (norms, biases) as floats.
 void load_vector(const model::WeightView& w, float* out);
+
+struct AttentionShape {
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+};
+
+// Causal attention: token t (of sequence seq_ids[t], at positions[t]) attends
+// to its sequence's cached K/V at positions 0..positions[t], with scores
+// scaled by 1/sqrt(head_dim), a softmax and the weighted sum of V, all in
+// FP32 (FP16 cache entries are widened). Query head h reads KV head
+// h / (n_head / n_head_kv). q and out: [n_tokens][n_head * head_dim].
+void attention(const KvCache& kv, int layer, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
+               const int32_t* positions, int n_tokens, float* out, ThreadPool& pool);
 
 }  // namespace m40::cpu

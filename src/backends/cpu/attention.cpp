@@ -1,0 +1,61 @@
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/ops.h"
+
+namespace m40::cpu {
+
+namespace {
+
+template <class T>
+void attention_typed(const KvCache& kv, int layer, const AttentionShape& shape, const float* q,
+                     const int32_t* seq_ids, const int32_t* positions, int n_tokens, float* out, ThreadPool& pool) {
+  const int head_dim = shape.head_dim;
+  const int kv_dim = shape.n_head_kv * head_dim;
+  const int q_dim = shape.n_head * head_dim;
+  const int gqa = shape.n_head / shape.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t work = static_cast<int64_t>(n_tokens) * shape.n_head;
+  pool.parallel_for(work, [&](int64_t begin, int64_t end, unsigned) {
+    std::vector<float> scores;
+    std::vector<float> acc(head_dim);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / shape.n_head;
+      const int h = static_cast<int>(item % shape.n_head);
+      const int n_pos = positions[t] + 1;
+      const int kv_head = h / gqa;
+      const float* qh = q + t * q_dim + h * head_dim;
+      const T* keys = kv.keys<T>(layer, seq_ids[t]) + kv_head * head_dim;
+      const T* values = kv.values<T>(layer, seq_ids[t]) + kv_head * head_dim;
+      scores.resize(n_pos);
+      for (int j = 0; j < n_pos; ++j) {
+        const T* k = keys + static_cast<int64_t>(j) * kv_dim;
+        float s = 0.0f;
+        for (int d = 0; d < head_dim; ++d) s += qh[d] * kv_to_float(k[d]);
+        scores[j] = s * scale;
+      }
+      softmax(scores.data(), n_pos);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int j = 0; j < n_pos; ++j) {
+        const T* v = values + static_cast<int64_t>(j) * kv_dim;
+        const float p = scores[j];
+        for (int d = 0; d < head_dim; ++d) acc[d] += p * kv_to_float(v[d]);
+      }
+      std::memcpy(out + t * q_dim + h * head_dim, acc.data(), head_dim * sizeof(float));
+    }
+  });
+}
+
+}  // namespace
+
+void attention(const KvCache& kv, int layer, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
+               const int32_t* positions, int n_tokens, float* out, ThreadPool& pool) {
+  if (kv.type() == backend::KvType::F16) {
+    attention_typed<uint16_t>(kv, layer, shape, q, seq_ids, positions, n_tokens, out, pool);
+  } else {
+    attention_typed<float>(kv, layer, shape, q, seq_ids, positions, n_tokens, out, pool);
+  }
+}
+
+}  // namespace m40::cpu

@@ -1,0 +1,37 @@
+// Products of a weight matrix in its storage type with FP32 activations:
+// y[t][r] = sum_c W[r][c] * x[t][c] (+ residual[t][r] when given), for
+// t < n_tokens. Weights are dequantized into FP32 registers; all math is FP32.
+// The CPU twin is cpu::matmul (src/backends/cpu/ops.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backends/cuda/device_weight.h"
+
+namespace m40::cuda {
+
+// Decode products (n_tokens small, up to kMaxMatvecTokens): every weight is
+// read once for the whole batch. Bandwidth-bound: the target is the card's
+// copy bandwidth.
+inline constexpr int kMaxMatvecTokens = 32;
+
+// Types the dedicated kernels handle; others go through a generic path.
+bool matvec_supported(gguf::TensorType type);
+
+// x: [n_tokens][cols] FP32, y: [n_tokens][rows] FP32 (row stride = rows).
+// `residual` may be null or equal to y (then y += W x).
+void matvec(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
+            cudaStream_t stream);
+
+// Prefill products (any n_tokens): a tiled FP32 GEMM that dequantizes tiles
+// of W on the fly. Same layout and residual rule as matvec.
+void gemm(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
+          cudaStream_t stream);
+
+// Picks matvec for n_tokens <= kMaxMatvecTokens, else gemm.
+void matmul(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
+            cudaStream_t stream);
+
+}  // namespace m40::cuda
