@@ -11,6 +11,7 @@
 
 #include "tokenizer/merge.h"
 #include "tokenizer/utf8.h"
+#include "tokenizer/word_cache.h"
 #include "tokenizer/vocab_impl.h"
 
 namespace m40::tokenizer {
@@ -98,8 +99,7 @@ void Vocab::Impl::encode_bpe(std::string_view text, std::vector<TokenId>& out) c
     }
   };
 
-  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache;  // word -> range in `results`
-  std::vector<TokenId> results;
+  WordCache cache;
   std::vector<Symbol> symbols;
   for (const Span w : words) {
     const std::string_view word = text.substr(w.begin, w.size());
@@ -113,8 +113,7 @@ void Vocab::Impl::encode_bpe(std::string_view text, std::vector<TokenId>& out) c
       emit(bpe.byte_symbol[static_cast<uint8_t>(word[0])]);
       continue;
     }
-    if (auto it = cache.find(word); it != cache.end()) {
-      out.insert(out.end(), results.begin() + it->second.first, results.begin() + it->second.first + it->second.second);
+    if (cache.find(word, out)) {
       continue;
     }
     symbols.resize(word.size());
@@ -125,8 +124,7 @@ void Vocab::Impl::encode_bpe(std::string_view text, std::vector<TokenId>& out) c
     const size_t mark = out.size();
     for (const Symbol& s : symbols) emit(s.id);
     if (word.size() <= 256) {
-      cache.emplace(word, std::make_pair(static_cast<uint32_t>(results.size()), static_cast<uint32_t>(out.size() - mark)));
-      results.insert(results.end(), out.begin() + static_cast<std::ptrdiff_t>(mark), out.end());
+      cache.insert(word, out.data() + mark, out.size() - mark);
     }
   }
 }

@@ -227,6 +227,7 @@ std::string to_pcre2_pattern(std::string_view pattern) {
 
 struct PreTokenizer::Compiled {
   pcre2_code* code = nullptr;
+  bool jit = false;
   std::string source;
   ~Compiled() {
     if (code != nullptr) pcre2_code_free(code);
@@ -246,7 +247,7 @@ PreTokenizer::PreTokenizer(const PreTokenizerFlavour& flavour) : flavour_(&flavo
                            std::to_string(error_offset) + " (" + pcre2_error_text(error) + "): " + compiled->source);
     }
     // Without JIT (an unsupported CPU) PCRE2 interprets: slower, same result.
-    pcre2_jit_compile(compiled->code, PCRE2_JIT_COMPLETE);
+    compiled->jit = pcre2_jit_compile(compiled->code, PCRE2_JIT_COMPLETE) == 0;
     regexes_.push_back(std::move(compiled));
   }
 }
@@ -277,8 +278,13 @@ void PreTokenizer::split(std::string_view text, std::vector<Span>& words) const 
       uint32_t options = 0;   // after an empty match: try for a non-empty one right there
       auto push = [&](size_t b, size_t e) { next.push_back({piece.begin + uint32_t(b), piece.begin + uint32_t(e)}); };
       while (position <= length) {
-        const int rc = pcre2_match(regex->code, subject, length, position, options | PCRE2_NO_UTF_CHECK, match,
-                                   state.context);
+        // The JIT entry point skips pcre2_match's checks (the text is known
+        // valid UTF-8); it cannot anchor, which the rare retry after an
+        // empty match needs.
+        const int rc = regex->jit && options == 0
+                           ? pcre2_jit_match(regex->code, subject, length, position, 0, match, state.context)
+                           : pcre2_match(regex->code, subject, length, position, options | PCRE2_NO_UTF_CHECK, match,
+                                         state.context);
         if (rc == PCRE2_ERROR_NOMATCH) {
           if (options == 0) break;
           // No non-empty match where the empty one was: move one character on.

@@ -5,9 +5,9 @@
 // part only when the caller asks to parse special tokens; user-defined ones
 // always do (as in the Hugging Face tokenizers).
 //
-// llama.cpp rescans the whole text once per special token; here one pass
-// collects every occurrence of every special token (walking a trie),
-// and the claims are then resolved in that same order, so a vocabulary with
+// llama.cpp searches the whole text once per special token; here one pass
+// over the text (walking a trie of all their texts) finds which special
+// tokens occur at all, and only those are searched for, so a vocabulary with
 // thousands of user-defined tokens costs one pass, not thousands.
 #include <algorithm>
 #include <cctype>
@@ -76,71 +76,54 @@ void Vocab::Impl::build_special_index() {
 void Vocab::Impl::partition(std::string_view text, bool parse_special, std::vector<Fragment>& out) const {
   out.clear();
   const uint32_t n = static_cast<uint32_t>(text.size());
-  if (special_tokens.empty() || (!parse_special && !any_user_defined)) {
-    out.push_back({0, n, kNoToken});
-    return;
-  }
+  out.push_back({0, n, kNoToken});
+  if (special_tokens.empty() || (!parse_special && !any_user_defined)) return;
   auto takes_part = [&](const TokenData& t) { return parse_special || (t.attr & kAttrSpecialText) == 0; };
 
-  // Every occurrence of every special token that takes part, as (rank, position).
-  struct Occurrence {
-    uint32_t rank;
-    uint32_t position;
-  };
-  std::vector<Occurrence> found;
+  // Which special tokens occur at all (one pass over the text).
+  std::vector<uint8_t> present(special_tokens.size(), 0);
+  bool any = false;
   for (uint32_t p = 0; p < n; ++p) {
     special_trie.match(text, p, [&](uint32_t rank) {
-      if (takes_part(tokens[special_tokens[rank]])) found.push_back({rank, p});
+      if (!present[rank] && takes_part(tokens[special_tokens[rank]])) present[rank] = 1;
+      any = true;
     });
   }
-  if (found.empty()) {
-    out.push_back({0, n, kNoToken});
-    return;
-  }
-  std::sort(found.begin(), found.end(), [](const Occurrence& a, const Occurrence& b) {
-    return a.rank != b.rank ? a.rank < b.rank : a.position < b.position;
-  });
+  if (!any) return;
 
-  // Claim: an occurrence wins if none of its bytes is taken yet. Spaces that
-  // an lstrip/rstrip token swallows are taken too (they vanish from the text).
-  enum : uint8_t { kFree = 0, kTaken = 1 };
-  std::vector<uint8_t> state(n, kFree);
-  std::vector<Fragment> claimed;
-  for (const Occurrence& o : found) {
-    const TokenId id = special_tokens[o.rank];
+  // Longest first, each token claims its leftmost non-overlapping
+  // occurrences in the text fragments left over.
+  std::vector<Fragment> next;
+  for (uint32_t rank = 0; rank < special_tokens.size(); ++rank) {
+    if (!present[rank]) continue;
+    const TokenId id = special_tokens[rank];
     const TokenData& t = tokens[id];
-    const uint32_t end = o.position + static_cast<uint32_t>(t.text.size());
-    bool free = true;
-    for (uint32_t i = o.position; i < end && free; ++i) free = state[i] == kFree;
-    if (!free) continue;
-    std::memset(state.data() + o.position, kTaken, end - o.position);
-    claimed.push_back({o.position, end, id});
-    if (t.attr & kAttrLstrip) {
-      for (uint32_t i = o.position; i > 0 && state[i - 1] == kFree && is_space(text[i - 1]); --i) state[i - 1] = kTaken;
+    const std::string_view needle = t.text;
+    next.clear();
+    for (const Fragment& f : out) {
+      if (f.token != kNoToken) {
+        next.push_back(f);
+        continue;
+      }
+      uint32_t begin = f.begin;
+      const std::string_view window = text.substr(0, f.end);
+      for (size_t found; begin < f.end && (found = window.find(needle, begin)) != std::string_view::npos;) {
+        const uint32_t at = static_cast<uint32_t>(found);
+        uint32_t left_end = at;
+        if (t.attr & kAttrLstrip) {
+          while (left_end > begin && is_space(text[left_end - 1])) --left_end;
+        }
+        if (left_end > begin) next.push_back({begin, left_end, kNoToken});
+        next.push_back({at, at + static_cast<uint32_t>(needle.size()), id});
+        begin = at + static_cast<uint32_t>(needle.size());
+        if (t.attr & kAttrRstrip) {
+          while (begin < f.end && is_space(text[begin])) ++begin;
+        }
+      }
+      if (begin < f.end) next.push_back({begin, f.end, kNoToken});
     }
-    if (t.attr & kAttrRstrip) {
-      for (uint32_t i = end; i < n && state[i] == kFree && is_space(text[i]); ++i) state[i] = kTaken;
-    }
+    out.swap(next);
   }
-  std::sort(claimed.begin(), claimed.end(), [](const Fragment& a, const Fragment& b) { return a.begin < b.begin; });
-
-  // Text between the claimed tokens, minus swallowed spaces.
-  auto add_text = [&](uint32_t begin, uint32_t end) {
-    uint32_t i = begin;
-    while (i < end) {
-      while (i < end && state[i] != kFree) ++i;
-      const uint32_t start = i;
-      while (i < end && state[i] == kFree) ++i;
-      if (i > start) out.push_back({start, i, kNoToken});
-    }
-  };
-  uint32_t cursor = 0;
-  for (const Fragment& c : claimed) {
-    add_text(cursor, c.begin);
-    out.push_back(c);
-    cursor = c.end;
-  }
-  add_text(cursor, n);
 }
 
 }  // namespace m40::tokenizer

@@ -13,6 +13,7 @@
 
 #include "tokenizer/merge.h"
 #include "tokenizer/utf8.h"
+#include "tokenizer/word_cache.h"
 #include "tokenizer/vocab_impl.h"
 
 namespace m40::tokenizer {
@@ -127,8 +128,7 @@ void Vocab::Impl::encode_spm(std::string_view text, std::vector<TokenId>& out) c
   };
 
   // Cut where no merge can cross, merge each piece (once per distinct piece).
-  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache;  // piece -> range in `results`
-  std::vector<TokenId> results;
+  WordCache cache;
   std::vector<Symbol> segment;
   size_t begin = 0;
   while (begin < chars.size()) {
@@ -145,8 +145,7 @@ void Vocab::Impl::encode_spm(std::string_view text, std::vector<TokenId>& out) c
     const uint32_t byte_begin = chars[begin].start;
     const uint32_t byte_end = chars[end - 1].start + chars[end - 1].len;
     const std::string_view piece = text.substr(byte_begin, byte_end - byte_begin);
-    if (auto it = cache.find(piece); it != cache.end()) {
-      out.insert(out.end(), results.begin() + it->second.first, results.begin() + it->second.first + it->second.second);
+    if (cache.find(piece, out)) {
       begin = end;
       continue;
     }
@@ -155,8 +154,7 @@ void Vocab::Impl::encode_spm(std::string_view text, std::vector<TokenId>& out) c
     const size_t mark = out.size();
     for (const Symbol& s : segment) emit(s);
     if (piece.size() <= 256) {
-      cache.emplace(piece, std::make_pair(static_cast<uint32_t>(results.size()), static_cast<uint32_t>(out.size() - mark)));
-      results.insert(results.end(), out.begin() + static_cast<std::ptrdiff_t>(mark), out.end());
+      cache.insert(piece, out.data() + mark, out.size() - mark);
     }
     begin = end;
   }
