@@ -142,13 +142,13 @@ void touch_tensors(const File& file) {
     std::span<const uint8_t> data = file.tensor_data(t);
     if (data.size() != t.byte_size) broken("tensor_data size", t.name);
     if (!data.empty()) sink(data.front() + data.back());
-    by_offset.push_back(&t);
+    if (t.byte_size != 0) by_offset.push_back(&t);  // an empty tensor overlaps nothing
   }
   std::sort(by_offset.begin(), by_offset.end(),
             [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const TensorInfo& prev = *by_offset[i - 1];
-    if (prev.byte_size != 0 && by_offset[i]->offset < prev.offset + prev.byte_size) {
+    if (by_offset[i]->offset < prev.offset + prev.byte_size) {
       broken("overlapping tensors", prev.name + " / " + by_offset[i]->name);
     }
   }

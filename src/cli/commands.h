@@ -14,6 +14,7 @@ inline constexpr const char* kVersion = "0.1.0";
 
 void register_show_command(CLI::App& app);
 void register_gen_model_command(CLI::App& app);
+void register_tokenize_command(CLI::App& app);
 void register_bench_command(CLI::App& app);
 void register_run_command(CLI::App& app);
 

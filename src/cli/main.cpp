@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
 
   m40::cli::register_show_command(app);
   m40::cli::register_gen_model_command(app);
+  m40::cli::register_tokenize_command(app);
   m40::cli::register_run_command(app);
   m40::cli::register_bench_command(app);
 
