@@ -1,0 +1,318 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cuda/device.h"
+#include "common/error.h"
+#include "quant/dequantize.h"
+
+namespace m40::cuda {
+
+namespace {
+
+// Uploads go through two pinned buffers of this size, alternately, so the
+// copy of one overlaps the memcpy from the mapping into the other.
+constexpr size_t kStagingBytes = 64ull << 20;
+
+}  // namespace
+
+CudaBackend::CudaBackend(const model::LlamaHparams& hparams, const model::LlamaWeights& weights,
+                         CudaBackendOptions options)
+    : hparams_(hparams), options_(options), filled_(options.n_seq, 0) {
+  if (options.n_ctx <= 0 || options.n_seq <= 0) throw Error("the context size and sequence count must be positive");
+  if (hparams.traits->attention_qkv_bias || hparams.traits->attention_qk_norm) {
+    throw Error("the CUDA backend does not run " + hparams.architecture + " yet: use --cpu");
+  }
+  const int count = device_count();
+  if (count == 0) throw Error("no CUDA GPU is available: use --cpu");
+  if (options.device < 0 || options.device >= count) {
+    throw Error("GPU " + std::to_string(options.device) + " does not exist (found " + std::to_string(count) + ")");
+  }
+  select_device(options.device);
+  const DeviceInfo info = device_info(options.device);
+  device_name_ = info.name;
+
+  PlanShape shape{options.n_ctx, options.n_seq, options.max_batch, max_logit_rows_};
+  plan_ = plan_memory(hparams, weights, shape);
+  const uint64_t available =
+      options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, info.free_memory_bytes) : info.free_memory_bytes;
+  check_plan_fits(plan_, available, "GPU " + std::to_string(options.device) + " (" + info.name + ")");
+
+  M40_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  M40_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  upload_weights(weights);
+
+  const uint64_t kv_layer_bytes = static_cast<uint64_t>(options.n_seq) * options.n_ctx * hparams.kv_dim() * 2;
+  kv_memory_ = DeviceAllocation(2 * kv_layer_bytes * hparams.n_layer);
+  for (uint32_t l = 0; l < hparams.n_layer; ++l) {
+    auto* base = static_cast<uint8_t*>(kv_memory_.data()) + 2 * kv_layer_bytes * l;
+    kv_layers_.push_back({reinterpret_cast<uint16_t*>(base), reinterpret_cast<uint16_t*>(base + kv_layer_bytes),
+                          options.n_ctx, static_cast<int>(hparams.kv_dim())});
+  }
+
+  scratch_ = Arena(plan_.scratch);
+  const size_t b = options.max_batch;
+  auto floats = [&](size_t n) { return static_cast<float*>(scratch_.take(n * sizeof(float))); };
+  x_ = floats(b * hparams.n_embd);
+  xn_ = floats(b * hparams.n_embd);
+  q_ = floats(b * hparams.q_dim());
+  attn_ = floats(b * hparams.q_dim());
+  k_ = floats(b * hparams.kv_dim());
+  v_ = floats(b * hparams.kv_dim());
+  gate_ = floats(b * hparams.n_ff);
+  up_ = floats(b * hparams.n_ff);
+  logits_ = floats(static_cast<size_t>(max_logit_rows_) * hparams.n_vocab);
+  gathered_ = floats(static_cast<size_t>(max_logit_rows_) * hparams.n_embd);
+  tokens_ = static_cast<int32_t*>(scratch_.take(b * sizeof(int32_t)));
+  positions_ = static_cast<int32_t*>(scratch_.take(b * sizeof(int32_t)));
+  seq_ids_ = static_cast<int32_t*>(scratch_.take(b * sizeof(int32_t)));
+  host_ids_ = PinnedBuffer(3 * b * sizeof(int32_t));
+  host_logits_ = PinnedBuffer(static_cast<size_t>(max_logit_rows_) * hparams.n_vocab * sizeof(float));
+}
+
+CudaBackend::~CudaBackend() {
+  for (auto& [n, graph] : decode_graphs_) cudaGraphExecDestroy(graph);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
+}
+
+std::string CudaBackend::name() const { return "CUDA"; }
+
+// Copies weights from the mapping to the device through two pinned buffers
+// used alternately, so filling one overlaps the DMA of the other.
+class CudaBackend::Uploader {
+ public:
+  explicit Uploader(cudaStream_t stream) : stream_(stream) {
+    for (int i = 0; i < 2; ++i) {
+      staging_[i] = PinnedBuffer(kStagingBytes);
+      M40_CUDA_CHECK(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming));
+    }
+  }
+  ~Uploader() {
+    cudaStreamSynchronize(stream_);
+    for (auto e : done_) cudaEventDestroy(e);
+  }
+  void copy(void* dst, const uint8_t* src, size_t bytes) {
+    for (size_t offset = 0; offset < bytes; offset += kStagingBytes) {
+      const size_t n = std::min(kStagingBytes, bytes - offset);
+      M40_CUDA_CHECK(cudaEventSynchronize(done_[next_]));  // this buffer's previous copy has finished
+      std::memcpy(staging_[next_].as<uint8_t>(), src + offset, n);
+      M40_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + offset, staging_[next_].as<uint8_t>(), n,
+                                     cudaMemcpyHostToDevice, stream_));
+      M40_CUDA_CHECK(cudaEventRecord(done_[next_], stream_));
+      next_ ^= 1;
+    }
+  }
+
+ private:
+  cudaStream_t stream_;
+  PinnedBuffer staging_[2];
+  cudaEvent_t done_[2] = {nullptr, nullptr};
+  int next_ = 0;
+};
+
+DeviceWeight CudaBackend::upload_matrix(const model::WeightView& w, Uploader& uploader) {
+  const size_t bytes = w.row_bytes * w.rows;
+  void* dst = weights_arena_.take(bytes);
+  uploader.copy(dst, w.data, bytes);
+  DeviceWeight d;
+  d.type = w.type;
+  d.cols = static_cast<int64_t>(w.cols);
+  d.rows = static_cast<int64_t>(w.rows);
+  d.row_bytes = w.row_bytes;
+  d.data = dst;
+  return d;
+}
+
+const float* CudaBackend::upload_vector(const model::WeightView& w) {
+  if (!w.present()) return nullptr;
+  std::vector<float> values(w.cols * w.rows);
+  quant::dequantize_row(w.type, w.data, values.data(), static_cast<int64_t>(values.size()));
+  auto* dst = static_cast<float*>(weights_arena_.take(values.size() * sizeof(float)));
+  M40_CUDA_CHECK(cudaMemcpy(dst, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return dst;
+}
+
+void CudaBackend::upload_weights(const model::LlamaWeights& weights) {
+  weights_arena_ = Arena(plan_.weights);
+  Uploader up(copy_stream_);
+  token_embd_ = upload_matrix(weights.token_embd, up);
+  output_ = weights.tied_output ? token_embd_ : upload_matrix(weights.output, up);
+  output_norm_ = upload_vector(weights.output_norm);
+  rope_freqs_ = upload_vector(weights.rope_freqs);
+  for (const auto& l : weights.layers) {
+    LayerOnDevice d{};
+    d.attn_norm = upload_vector(l.attn_norm);
+    d.wq = upload_matrix(l.wq, up);
+    d.wk = upload_matrix(l.wk, up);
+    d.wv = upload_matrix(l.wv, up);
+    d.wo = upload_matrix(l.wo, up);
+    d.ffn_norm = upload_vector(l.ffn_norm);
+    d.w_gate = upload_matrix(l.w_gate, up);
+    d.w_up = upload_matrix(l.w_up, up);
+    d.w_down = upload_matrix(l.w_down, up);
+    layers_.push_back(d);
+  }
+  M40_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+}
+
+void CudaBackend::validate(const backend::Batch& batch, size_t logits_size) const {
+  if (batch.size() == 0) throw Error("empty batch");
+  if (batch.positions.size() != batch.size() || batch.seq_ids.size() != batch.size() ||
+      batch.want_logits.size() != batch.size()) {
+    throw Error("batch fields have different lengths");
+  }
+  if (logits_size < batch.logits_count() * hparams_.n_vocab) throw Error("logits buffer too small for the batch");
+  std::vector<int> filled = filled_;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int32_t token = batch.tokens[i], pos = batch.positions[i], seq = batch.seq_ids[i];
+    if (token < 0 || static_cast<uint32_t>(token) >= hparams_.n_vocab) {
+      throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
+                  std::to_string(hparams_.n_vocab));
+    }
+    if (seq < 0 || seq >= options_.n_seq) throw Error("sequence " + std::to_string(seq) + " has no KV slot");
+    if (pos < 0 || pos >= options_.n_ctx) {
+      throw Error("position " + std::to_string(pos) + " is outside the context of " + std::to_string(options_.n_ctx) +
+                  " tokens");
+    }
+    if (pos > filled[seq]) {
+      throw Error("position " + std::to_string(pos) + " of sequence " + std::to_string(seq) +
+                  " skips uncached positions (cached: " + std::to_string(filled[seq]) + ")");
+    }
+    filled[seq] = std::max(filled[seq], pos + 1);
+  }
+}
+
+void CudaBackend::enqueue_layers(int n, int max_positions) {
+  const auto& hp = hparams_;
+  RopeConfig rope_config;
+  rope_config.head_dim = static_cast<int>(hp.head_dim());
+  rope_config.n_rot = static_cast<int>(hp.n_rot);
+  rope_config.freq_base = hp.rope_freq_base;
+  rope_config.freq_scale = hp.rope_scaling == model::RopeScaling::Linear ? 1.0f / hp.rope_scaling_factor : 1.0f;
+  rope_config.neox = hp.rope_style() == model::RopeStyle::NeoX;
+  rope_config.freq_factors = rope_freqs_;
+  const AttentionShape shape{static_cast<int>(hp.n_head), static_cast<int>(hp.n_head_kv),
+                             static_cast<int>(hp.head_dim()), 1.0f / std::sqrt(static_cast<float>(hp.head_dim()))};
+  const int n_embd = static_cast<int>(hp.n_embd);
+
+  embed_tokens(token_embd_, tokens_, n, x_, stream_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const LayerOnDevice& w = layers_[l];
+    rms_norm(x_, w.attn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
+    matmul(w.wq, xn_, n, q_, nullptr, stream_);
+    matmul(w.wk, xn_, n, k_, nullptr, stream_);
+    matmul(w.wv, xn_, n, v_, nullptr, stream_);
+    rope(q_, n, static_cast<int>(hp.n_head), static_cast<int>(hp.q_dim()), positions_, rope_config, stream_);
+    rope(k_, n, static_cast<int>(hp.n_head_kv), static_cast<int>(hp.kv_dim()), positions_, rope_config, stream_);
+    kv_append(kv_layers_[l], k_, v_, seq_ids_, positions_, n, stream_);
+    attention(kv_layers_[l], shape, q_, seq_ids_, positions_, n, max_positions, attn_, stream_);
+    matmul(w.wo, attn_, n, x_, x_, stream_);  // residual add fused: x += Wo attn
+    rms_norm(x_, w.ffn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
+    matmul(w.w_gate, xn_, n, gate_, nullptr, stream_);
+    matmul(w.w_up, xn_, n, up_, nullptr, stream_);
+    silu_mul(gate_, up_, gate_, static_cast<int64_t>(n) * hp.n_ff, stream_);
+    matmul(w.w_down, gate_, n, x_, x_, stream_);  // x += Wdown h
+  }
+}
+
+void CudaBackend::enqueue_output(const float* rows, int n_out) {
+  rms_norm(rows, output_norm_, xn_, n_out, static_cast<int>(hparams_.n_embd), hparams_.rms_eps, stream_);
+  matmul(output_, xn_, n_out, logits_, nullptr, stream_);
+}
+
+void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* logits_out,
+                            size_t& logits_written) {
+  const int n = static_cast<int>(end - begin);
+  auto* ids = host_ids_.as<int32_t>();
+  int max_positions = 0;
+  bool all_want_logits = true;
+  for (int i = 0; i < n; ++i) {
+    ids[i] = batch.tokens[begin + i];
+    ids[options_.max_batch + i] = batch.positions[begin + i];
+    ids[2 * options_.max_batch + i] = batch.seq_ids[begin + i];
+    max_positions = std::max(max_positions, batch.positions[begin + i] + 1);
+    all_want_logits = all_want_logits && batch.want_logits[begin + i] != 0;
+  }
+  const size_t id_bytes = n * sizeof(int32_t);
+  M40_CUDA_CHECK(cudaMemcpyAsync(tokens_, ids, id_bytes, cudaMemcpyHostToDevice, stream_));
+  M40_CUDA_CHECK(cudaMemcpyAsync(positions_, ids + options_.max_batch, id_bytes, cudaMemcpyHostToDevice, stream_));
+  M40_CUDA_CHECK(cudaMemcpyAsync(seq_ids_, ids + 2 * options_.max_batch, id_bytes, cudaMemcpyHostToDevice, stream_));
+
+  const size_t n_vocab = hparams_.n_vocab;
+  const size_t row_bytes = hparams_.n_embd * sizeof(float);
+  // A decode step (every token wants logits, few tokens) replays a graph
+  // captured once per batch size; its kernels read positions from the device,
+  // and the attention is sized for the whole context so the graph stays valid.
+  const bool decode_step = options_.use_graphs && all_want_logits && n <= max_logit_rows_ && n <= kMaxMatvecTokens;
+  if (decode_step) {
+    auto it = decode_graphs_.find(n);
+    if (it == decode_graphs_.end()) {
+      cudaGraph_t graph = nullptr;
+      M40_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue_layers(n, options_.n_ctx);
+        enqueue_output(x_, n);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        throw;
+      }
+      M40_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t status = cudaGraphInstantiateWithFlags(&exec, graph, 0);  // same signature in CUDA 11.8 and 13
+      cudaGraphDestroy(graph);
+      M40_CUDA_CHECK(status);
+      it = decode_graphs_.emplace(n, exec).first;
+    }
+    M40_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    M40_CUDA_CHECK(cudaMemcpyAsync(host_logits_.as<float>(), logits_, n * n_vocab * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream_));
+    M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(logits_out + logits_written * n_vocab, host_logits_.as<float>(), n * n_vocab * sizeof(float));
+    logits_written += n;
+    return;
+  }
+
+  enqueue_layers(n, max_positions);
+  // The output head runs on the rows that want logits, gathered in groups
+  // of at most max_logit_rows_.
+  std::vector<int> wanted;
+  for (int i = 0; i < n; ++i) {
+    if (batch.want_logits[begin + i] != 0) wanted.push_back(i);
+  }
+  for (size_t g = 0; g < wanted.size(); g += max_logit_rows_) {
+    const int rows = static_cast<int>(std::min<size_t>(max_logit_rows_, wanted.size() - g));
+    for (int r = 0; r < rows; ++r) {
+      M40_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(gathered_) + r * row_bytes,
+                                     reinterpret_cast<const char*>(x_) + wanted[g + r] * row_bytes, row_bytes,
+                                     cudaMemcpyDeviceToDevice, stream_));
+    }
+    enqueue_output(gathered_, rows);
+    M40_CUDA_CHECK(cudaMemcpyAsync(host_logits_.as<float>(), logits_, rows * n_vocab * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream_));
+    M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(logits_out + logits_written * n_vocab, host_logits_.as<float>(), rows * n_vocab * sizeof(float));
+    logits_written += rows;
+  }
+  M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) {
+  validate(batch, logits.size());
+  select_device(options_.device);
+  size_t written = 0;
+  // Chunks of max_batch tokens, in order: later chunks attend to the K/V the
+  // earlier ones appended, so a long prompt needs no larger scratch.
+  for (size_t begin = 0; begin < batch.size(); begin += options_.max_batch) {
+    const size_t end = std::min(batch.size(), begin + options_.max_batch);
+    run_chunk(batch, begin, end, logits.data(), written);
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    filled_[batch.seq_ids[i]] = std::max(filled_[batch.seq_ids[i]], batch.positions[i] + 1);
+  }
+}
+
+}  // namespace m40::cuda

@@ -1,0 +1,94 @@
+// The CUDA backend: weights uploaded once in their GGUF types, the llama
+// forward pass as a sequence of our own kernels on one stream, the KV cache
+// in FP16 on the device, and each decode step replayed from a CUDA graph
+// captured per batch size (launch overhead matters at ~1 ms per token).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cuda/device_memory.h"
+#include "backends/cuda/layer_kernels.h"
+#include "backends/cuda/matmul.h"
+#include "backends/cuda/memory_plan.h"
+#include "model/llama_hparams.h"
+#include "model/llama_weights.h"
+
+namespace m40::cuda {
+
+struct CudaBackendOptions {
+  int device = 0;
+  int n_ctx = 2048;
+  int n_seq = 1;
+  uint64_t vram_budget = 0;  // 0: the device's free memory; otherwise a cap (e.g. 24 GiB to plan as on an M40)
+  bool use_graphs = true;
+  int max_batch = 512;       // prompt tokens per internal chunk
+};
+
+class CudaBackend : public backend::Backend {
+ public:
+  // Plans memory (throws m40::Error with the numbers if it does not fit),
+  // then uploads the weights from the mapping through pinned staging memory.
+  CudaBackend(const model::LlamaHparams& hparams, const model::LlamaWeights& weights, CudaBackendOptions options);
+  ~CudaBackend() override;
+
+  std::string name() const override;
+  int n_ctx() const override { return options_.n_ctx; }
+  int n_seq_max() const override { return options_.n_seq; }
+  int n_vocab() const override { return static_cast<int>(hparams_.n_vocab); }
+  const MemoryPlan& memory_plan() const { return plan_; }
+
+  void forward(const backend::Batch& batch, std::span<float> logits) override;
+
+ private:
+  struct LayerOnDevice {
+    const float* attn_norm;
+    DeviceWeight wq, wk, wv, wo;
+    const float* ffn_norm;
+    DeviceWeight w_gate, w_up, w_down;
+  };
+
+  class Uploader;
+  void upload_weights(const model::LlamaWeights& weights);
+  DeviceWeight upload_matrix(const model::WeightView& w, Uploader& uploader);
+  const float* upload_vector(const model::WeightView& w);
+  void validate(const backend::Batch& batch, size_t logits_size) const;
+  // Enqueues the layers for the n tokens already in the device id buffers,
+  // leaving the hidden states in x_.
+  void enqueue_layers(int n, int max_positions);
+  // Final norm and output head for n_out consecutive hidden-state rows.
+  void enqueue_output(const float* rows, int n_out);
+  void run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* logits_out, size_t& logits_written);
+
+  model::LlamaHparams hparams_;
+  CudaBackendOptions options_;
+  std::string device_name_;
+  MemoryPlan plan_;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;
+
+  Arena weights_arena_;
+  DeviceWeight token_embd_, output_;
+  const float* output_norm_ = nullptr;
+  const float* rope_freqs_ = nullptr;
+  std::vector<LayerOnDevice> layers_;
+
+  DeviceAllocation kv_memory_;
+  std::vector<KvLayer> kv_layers_;
+
+  Arena scratch_;
+  float *x_, *xn_, *q_, *k_, *v_, *attn_, *gate_, *up_, *logits_, *gathered_;
+  int32_t *tokens_, *positions_, *seq_ids_;
+  PinnedBuffer host_ids_;     // tokens, positions, seq ids staged for upload
+  PinnedBuffer host_logits_;  // max_logit_rows x n_vocab
+  int max_logit_rows_ = 32;
+
+  std::vector<int> filled_;  // cached positions per sequence
+  std::map<int, cudaGraphExec_t> decode_graphs_;  // by batch size
+};
+
+}  // namespace m40::cuda

@@ -1,0 +1,94 @@
+#include "backends/cuda/memory_plan.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+#include "backends/cuda/device_memory.h"
+#include "common/error.h"
+
+namespace m40::cuda {
+
+namespace {
+
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+uint64_t weight_bytes(const model::WeightView& w) {
+  if (!w.present()) return 0;
+  // 1-D weights (norms, biases) are widened to FP32 on upload.
+  return Arena::aligned(w.rows == 1 ? w.cols * sizeof(float) : w.row_bytes * w.rows);
+}
+
+}  // namespace
+
+void* Arena::take(size_t bytes) {
+  const size_t size = aligned(bytes);
+  if (used_ + size > memory_.bytes()) {
+    throw Error("GPU arena exhausted: " + std::to_string(used_ + size) + " of " + std::to_string(memory_.bytes()) +
+                " bytes (the memory plan undercounted)");
+  }
+  void* p = static_cast<char*>(memory_.data()) + used_;
+  used_ += size;
+  return p;
+}
+
+std::string MemoryPlan::describe() const {
+  return gib(total()) + " (weights " + gib(weights) + ", KV cache " + gib(kv_cache) + ", scratch " + gib(scratch) +
+         ", reserve " + gib(reserve) + ")";
+}
+
+MemoryPlan plan_memory(const model::LlamaHparams& hp, const model::LlamaWeights& w, const PlanShape& shape) {
+  MemoryPlan plan;
+  plan.weights = weight_bytes(w.token_embd) + weight_bytes(w.output_norm) + weight_bytes(w.rope_freqs) +
+                 (w.tied_output ? 0 : weight_bytes(w.output));
+  for (const auto& l : w.layers) {
+    for (const model::WeightView* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo, &l.ffn_norm,
+                                       &l.w_gate, &l.w_up, &l.w_down}) {
+      plan.weights += weight_bytes(*v);
+    }
+  }
+  // K and V, FP16, every layer, sequence and position.
+  plan.kv_cache = 2ull * hp.n_layer * shape.n_seq * static_cast<uint64_t>(shape.n_ctx) * hp.kv_dim() * 2;
+  // Activations of one chunk (FP32): x, xn, q, k, v, attention out, gate, up;
+  // the logits of the output-head rows; token/position/sequence ids.
+  const uint64_t per_token = 2ull * hp.n_embd + 2ull * hp.q_dim() + 2ull * hp.kv_dim() + 2ull * hp.n_ff;
+  plan.scratch = per_token * shape.max_batch * sizeof(float) +
+                 static_cast<uint64_t>(shape.max_logit_rows) * (hp.n_vocab + hp.n_embd) * sizeof(float) +
+                 3ull * shape.max_batch * sizeof(int32_t) + 16 * Arena::kAlignment;
+  plan.reserve = 256ull << 20;
+  return plan;
+}
+
+uint64_t parse_memory_size(const std::string& text) {
+  size_t end = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &end);
+  } catch (...) {
+    throw Error("cannot read the memory size '" + text + "' (examples: 24G, 512M)");
+  }
+  std::string unit = text.substr(end);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double scale = 1;
+  if (unit == "" || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") scale = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
+  else throw Error("unknown memory unit '" + unit + "' in '" + text + "' (use K, M, G or T)");
+  if (!(value > 0) || !std::isfinite(value)) throw Error("the memory size '" + text + "' must be positive");
+  return static_cast<uint64_t>(value * scale);
+}
+
+void check_plan_fits(const MemoryPlan& plan, uint64_t available, const std::string& where) {
+  if (plan.total() > available) {
+    throw Error("the model does not fit on " + where + ": it needs " + plan.describe() + " but " + gib(available) +
+                " is available; use a smaller quantization, a smaller --ctx or fewer parallel sequences, or --cpu");
+  }
+}
+
+}  // namespace m40::cuda

@@ -1,0 +1,39 @@
+// What a model needs on the GPU, computed before anything is allocated:
+// weights in their storage types, the FP16 KV cache and the activation
+// scratch. A plan over the budget is refused with the numbers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/llama_hparams.h"
+#include "model/llama_weights.h"
+
+namespace m40::cuda {
+
+struct MemoryPlan {
+  uint64_t weights = 0;
+  uint64_t kv_cache = 0;
+  uint64_t scratch = 0;
+  uint64_t reserve = 0;  // CUDA context, graphs and fragmentation headroom
+  uint64_t total() const { return weights + kv_cache + scratch + reserve; }
+  std::string describe() const;  // "4.07 GiB (weights 3.80 GiB, KV cache ..., scratch ...)"
+};
+
+struct PlanShape {
+  int n_ctx = 0;
+  int n_seq = 1;
+  int max_batch = 512;      // tokens per forward chunk
+  int max_logit_rows = 32;  // output-head rows computed at once
+};
+
+MemoryPlan plan_memory(const model::LlamaHparams& hparams, const model::LlamaWeights& weights, const PlanShape& shape);
+
+// Parses sizes such as "24G", "24GiB", "512M", "1.5G" (binary units), for --vram.
+uint64_t parse_memory_size(const std::string& text);
+
+// Throws m40::Error saying what is needed against what is available when
+// the plan does not fit in `available` bytes.
+void check_plan_fits(const MemoryPlan& plan, uint64_t available, const std::string& where);
+
+}  // namespace m40::cuda
