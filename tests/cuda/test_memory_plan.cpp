@@ -1,0 +1,54 @@
+// The memory plan is computed and checked on the host, before any GPU work:
+// these tests need no GPU.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "backends/cuda/memory_plan.h"
+#include "model/loaded_model.h"
+#include "test_paths.h"
+
+using namespace m40;
+
+TEST(MemoryPlan, ParsesSizesInBinaryUnits) {
+  EXPECT_EQ(cuda::parse_memory_size("24G"), 24ull << 30);
+  EXPECT_EQ(cuda::parse_memory_size("24GiB"), 24ull << 30);
+  EXPECT_EQ(cuda::parse_memory_size("512m"), 512ull << 20);
+  EXPECT_EQ(cuda::parse_memory_size("1.5G"), 3ull << 29);
+  EXPECT_EQ(cuda::parse_memory_size("4096"), 4096u);
+  EXPECT_THROW(cuda::parse_memory_size("lots"), Error);
+  EXPECT_THROW(cuda::parse_memory_size("12X"), Error);
+  EXPECT_THROW(cuda::parse_memory_size("-3G"), Error);
+}
+
+TEST(MemoryPlan, CountsWeightsKvCacheAndScratch) {
+  auto path = test::shared_model("synthetic/tiny-llama-rand-Q4_K_M.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared models not found";
+  auto model = model::LoadedModel::open(path.string());
+  cuda::PlanShape shape{512, 4, 64, 8};
+  auto plan = cuda::plan_memory(model->hparams, model->weights, shape);
+  uint64_t tensor_bytes = 0;
+  for (const auto& t : model->file.tensors()) tensor_bytes += t.byte_size;  // norms are F32 already
+  EXPECT_GE(plan.weights, tensor_bytes);
+  EXPECT_LE(plan.weights, tensor_bytes + 256 * model->file.tensors().size());
+  // K and V in FP16: 2 tensors x 2 layers x 4 sequences x 512 positions x (2 KV heads x 64) x 2 bytes.
+  EXPECT_EQ(plan.kv_cache, 2ull * 2 * 4 * 512 * 128 * 2);
+  EXPECT_GT(plan.scratch, 64ull * 768 * 4);
+  EXPECT_EQ(plan.total(), plan.weights + plan.kv_cache + plan.scratch + plan.reserve);
+}
+
+TEST(MemoryPlan, ARefusalSaysWhatIsNeededAndWhatIsThere) {
+  cuda::MemoryPlan plan;
+  plan.weights = 26ull << 30;
+  plan.kv_cache = 1ull << 30;
+  try {
+    cuda::check_plan_fits(plan, 24ull << 30, "GPU 0 (Tesla M40 24GB)");
+    FAIL() << "a 27 GiB plan must not fit in 24 GiB";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("weights 26.00 GiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("24.00 GiB is available"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Tesla M40"), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW(cuda::check_plan_fits(plan, 28ull << 30, "GPU 0"));
+}
