@@ -4,8 +4,10 @@
 // input text.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "tokenizer/vocab.h"
 #include "vocab_test_files.h"
@@ -60,6 +62,23 @@ TEST_P(VocabFiles, DecodeGivesTheTextBackWhereTheVocabularyDoesNotCleanSpaces) {
   for (const auto& c : cases_) {
     EXPECT_EQ(printable(vocab_->decode(c.expected)), printable(c.text)) << GetParam();
   }
+}
+
+// One Vocab, many threads at once (as llama.cpp's test-tokenizer-0 does).
+TEST_P(VocabFiles, ConcurrentEncodingGivesTheSameIds) {
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int round = 0; round < 5; ++round) {
+        for (const auto& c : cases_) {
+          if (vocab_->encode(c.text, {.add_special = false}) != c.expected) ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST_P(VocabFiles, BosIsAddedAsTheVocabularySays) {
