@@ -271,6 +271,11 @@ void PreTokenizer::split(std::string_view text, std::vector<Span>& words) const 
     next.clear();
     next.reserve(words.size() * 2);
     for (const Span piece : words) {
+      // One character stays one piece whatever the regex does.
+      if (piece.size() <= 4 && utf8::lead_length(static_cast<uint8_t>(text[piece.begin])) == piece.size()) {
+        next.push_back(piece);
+        continue;
+      }
       const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data() + piece.begin);
       const size_t length = piece.size();
       size_t position = 0;    // where the next search starts
