@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   m40::cli::register_tokenize_command(app);
   m40::cli::register_run_command(app);
   m40::cli::register_bench_command(app);
+  m40::cli::register_chat_template_command(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,107 @@
+// A chat template comes from a model file, which is untrusted input: no
+// template may loop forever, build gigabytes or overflow the stack. Each
+// attack below must end quickly in a TemplateLimitError (or a syntax error).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "chat/chat_template.h"
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using m40::chat::ChatTemplate;
+using m40::chat::RenderOptions;
+using m40::chat::TemplateLimitError;
+
+std::string render(const std::string& source, const RenderOptions& options = {}) {
+  return ChatTemplate(source).render(Json::array(), options);
+}
+
+// Runs `source`, expects a TemplateLimitError within a couple of seconds.
+void expect_limit(const std::string& source, const RenderOptions& options = {}) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(render(source, options), TemplateLimitError) << source;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0) << source;
+}
+
+TEST(ChatLimits, EndlessMacroRecursion) {
+  expect_limit("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}");
+}
+
+TEST(ChatLimits, EndlessRecursiveLoop) {
+  expect_limit("{% for item in [[]] recursive %}{{ loop([item]) }}{% endfor %}");
+}
+
+TEST(ChatLimits, NestedLoopsRunOutOfSteps) {
+  expect_limit("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
+}
+
+TEST(ChatLimits, HugeOutput) {
+  expect_limit("{% for i in range(100000) %}{% for j in range(1000) %}0123456789abcdef{% endfor %}{% endfor %}");
+}
+
+TEST(ChatLimits, HugeStringFromRepetition) {
+  expect_limit("{{ 'x' * 100000000000 }}");
+  expect_limit("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}");
+}
+
+TEST(ChatLimits, DoublingListsRunOutOfMemoryBudget) {
+  expect_limit("{% set ns = namespace(l=[1]) %}{% for i in range(100) %}{% set ns.l = ns.l + ns.l %}{% endfor %}");
+  expect_limit("{% set ns = namespace(l=[1]) %}{% for i in range(100) %}{% set ns.l = ns.l * 2 %}{% endfor %}");
+  expect_limit("{% set s = 'x' * 16000000 %}{{ s | list | length }}");
+}
+
+TEST(ChatLimits, RangeIsCappedAsInTheSandbox) {
+  EXPECT_THROW(render("{{ range(1000000) | length }}"), m40::chat::TemplateRenderError);
+}
+
+TEST(ChatLimits, DeepNestingIsASyntaxErrorNotACrash) {
+  const std::string parens = std::string(5000, '(') + "1" + std::string(5000, ')');
+  EXPECT_THROW(ChatTemplate("{{ " + parens + " }}"), m40::chat::TemplateSyntaxError);
+  std::string ifs;
+  for (int i = 0; i < 5000; ++i) ifs += "{% if 1 %}";
+  for (int i = 0; i < 5000; ++i) ifs += "{% endif %}";
+  EXPECT_THROW(ChatTemplate{ifs}, m40::chat::TemplateSyntaxError);
+  EXPECT_THROW(ChatTemplate("{{ " + std::string(5000, '-') + "1 }}"), m40::chat::TemplateSyntaxError);
+  EXPECT_THROW(ChatTemplate("{{ " + std::string(5000, '[') + std::string(5000, ']') + " }}"),
+               m40::chat::TemplateSyntaxError);
+}
+
+TEST(ChatLimits, LimitsAreOptions) {
+  RenderOptions small;
+  small.limits.max_output_bytes = 10;
+  EXPECT_EQ(render("0123456789", small), "0123456789");
+  EXPECT_THROW(render("0123456789x", small), TemplateLimitError);
+
+  RenderOptions few_steps;
+  few_steps.limits.max_steps = 100;
+  EXPECT_THROW(render("{% for i in range(1000) %}{% endfor %}", few_steps), TemplateLimitError);
+
+  RenderOptions shallow;
+  shallow.limits.max_call_depth = 3;
+  EXPECT_EQ(render("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{{ n }}{% endmacro %}{{ f(2) }}", shallow),
+            "012");
+  EXPECT_THROW(render("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5) }}", shallow),
+               TemplateLimitError);
+}
+
+TEST(ChatLimits, RealConversationsFitTheDefaults) {
+  // 2000 turns through a template with reversed iteration and namespaces.
+  Json messages = Json::array();
+  for (int i = 0; i < 1000; ++i) {
+    messages.push_back({{"role", "user"}, {"content", "question " + std::to_string(i)}});
+    messages.push_back({{"role", "assistant"}, {"content", "<think>x</think>answer " + std::to_string(i)}});
+  }
+  const ChatTemplate tpl(
+      "{%- set ns = namespace(last=messages|length - 1) %}"
+      "{%- for message in messages[::-1] %}{%- if message.role == 'user' and ns.last == messages|length - 1 %}"
+      "{%- set ns.last = (messages|length - 1) - loop.index0 %}{%- endif %}{%- endfor %}"
+      "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + "
+      "message.content.split('</think>')[-1].lstrip('\\n') + '<|im_end|>\\n' }}{%- endfor %}");
+  EXPECT_NO_THROW(tpl.render(messages));
+}
+
+}  // namespace
