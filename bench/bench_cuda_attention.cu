@@ -1,0 +1,182 @@
+// Attention throughput on the GPU (plain program: prints markdown tables).
+//
+// Decode is bandwidth-bound: each step reads every cached K and V row of its
+// sequences once, n_pos x kv_dim halves of each. The table prints that
+// traffic per second beside the card's device-to-device copy bandwidth
+// (read + write counted), the practical ceiling. Prefill is FP32-bound: it
+// prints GFLOP/s (4 x head_dim FLOPs per query head and visible key).
+//
+//   bench_cuda_attention [iterations]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/attention_variants.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/layer_kernels.h"
+#include "quant/fp16.h"
+
+namespace {
+
+using m40::cuda::AttentionShape;
+using m40::cuda::KvLayer;
+using m40::cuda::detail::AttentionKernel;
+using m40::cuda::detail::AttentionPlan;
+
+__device__ uint32_t hash32(uint64_t i) {
+  uint32_t x = static_cast<uint32_t>(i) * 0x9E3779B1u ^ static_cast<uint32_t>(i >> 32);
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return x;
+}
+
+__global__ void fill_halves(uint16_t* dst, int64_t n, uint32_t seed) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float u = static_cast<float>(hash32(static_cast<uint64_t>(i) + seed) >> 8) * (1.0f / 16777216.0f);
+    dst[i] = m40::quant::float_to_half(2.0f * u - 1.0f);
+  }
+}
+
+__global__ void fill_floats(float* dst, int64_t n, uint32_t seed) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = static_cast<float>(hash32(static_cast<uint64_t>(i) + seed) >> 8) * (2.0f / 16777216.0f) - 1.0f;
+  }
+}
+
+template <class T>
+T* device_alloc(size_t count) {
+  T* p = nullptr;
+  M40_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), count * sizeof(T)));
+  return p;
+}
+
+// Milliseconds per call of fn, averaged over `iterations` after two warm-ups.
+template <class Fn>
+double time_ms(int iterations, Fn&& fn) {
+  cudaEvent_t start, stop;
+  M40_CUDA_CHECK(cudaEventCreate(&start));
+  M40_CUDA_CHECK(cudaEventCreate(&stop));
+  fn();
+  fn();
+  M40_CUDA_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < iterations; ++i) fn();
+  M40_CUDA_CHECK(cudaEventRecord(stop));
+  M40_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  M40_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  M40_CUDA_CHECK(cudaEventDestroy(start));
+  M40_CUDA_CHECK(cudaEventDestroy(stop));
+  return static_cast<double>(ms) / iterations;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iterations = argc > 1 ? std::atoi(argv[1]) : 50;
+  cudaDeviceProp prop{};
+  M40_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (sm_%d%d, %d SMs)\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+
+  // The ceiling: a device-to-device copy of 512 MiB (reads + writes).
+  const size_t copy_bytes = size_t{512} << 20;
+  char* copy_src = device_alloc<char>(copy_bytes);
+  char* copy_dst = device_alloc<char>(copy_bytes);
+  M40_CUDA_CHECK(cudaMemset(copy_src, 1, copy_bytes));
+  const double copy_ms = time_ms(10, [&] {
+    M40_CUDA_CHECK(cudaMemcpyAsync(copy_dst, copy_src, copy_bytes, cudaMemcpyDeviceToDevice));
+  });
+  const double copy_gbs = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e6);
+  M40_CUDA_CHECK(cudaFree(copy_src));
+  M40_CUDA_CHECK(cudaFree(copy_dst));
+  std::printf("copy bandwidth (read + write): %.1f GB/s\n\n", copy_gbs);
+
+  const int head_dim = 128;
+  const int n_head = 32;
+  const int max_seq = 8;
+  const int n_ctx = 4096;
+  const size_t cache_values = static_cast<size_t>(max_seq) * n_ctx * n_head * head_dim;  // room for MHA
+  uint16_t* k = device_alloc<uint16_t>(cache_values);
+  uint16_t* v = device_alloc<uint16_t>(cache_values);
+  fill_halves<<<1024, 256>>>(k, static_cast<int64_t>(cache_values), 1);
+  M40_CUDA_CHECK_LAUNCH();
+  fill_halves<<<1024, 256>>>(v, static_cast<int64_t>(cache_values), 2);
+  M40_CUDA_CHECK_LAUNCH();
+  const int max_tokens = 512;
+  float* q = device_alloc<float>(static_cast<size_t>(max_tokens) * n_head * head_dim);
+  float* out = device_alloc<float>(static_cast<size_t>(max_tokens) * n_head * head_dim);
+  fill_floats<<<1024, 256>>>(q, static_cast<int64_t>(max_tokens) * n_head * head_dim, 3);
+  M40_CUDA_CHECK_LAUNCH();
+  int32_t* seq_ids = device_alloc<int32_t>(max_tokens);
+  int32_t* positions = device_alloc<int32_t>(max_tokens);
+
+  std::printf("## decode: one token per sequence, %d query heads x %d\n\n", n_head, head_dim);
+  std::printf("| KV heads | sequences | context | kernel | us/call | KV GB/s | of copy |\n");
+  std::printf("| ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
+  for (const int n_head_kv : {32, 8}) {
+    for (const int n_seq : {1, 8}) {
+      for (const int context : {512, 4096}) {
+        for (const int splits : {0, 1}) {
+          if (splits == 1 && n_seq != 1) continue;
+          std::vector<int32_t> h_seq(static_cast<size_t>(n_seq)), h_pos(static_cast<size_t>(n_seq), context - 1);
+          for (int s = 0; s < n_seq; ++s) h_seq[static_cast<size_t>(s)] = s;
+          M40_CUDA_CHECK(cudaMemcpy(seq_ids, h_seq.data(), h_seq.size() * 4, cudaMemcpyHostToDevice));
+          M40_CUDA_CHECK(cudaMemcpy(positions, h_pos.data(), h_pos.size() * 4, cudaMemcpyHostToDevice));
+          const KvLayer layer{k, v, n_ctx, n_head_kv * head_dim};
+          const AttentionShape shape{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+          const AttentionPlan plan{AttentionKernel::Decode, splits};
+          const double ms = time_ms(iterations, [&] {
+            m40::cuda::detail::attention_with_plan(layer, shape, q, seq_ids, positions, n_seq, context, out, nullptr,
+                                                   plan);
+          });
+          const double bytes = 2.0 * n_seq * static_cast<double>(context) * n_head_kv * head_dim * 2.0;
+          const double gbs = bytes / (ms * 1e6);
+          std::printf("| %d | %d | %d | %s | %.1f | %.1f | %.0f%% |\n", n_head_kv, n_seq, context,
+                      splits == 1 ? "decode, no split" : "decode, auto split", ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+        }
+      }
+    }
+  }
+
+  std::printf("\n## prefill: one sequence, %d query heads x %d\n\n", n_head, head_dim);
+  std::printf("| KV heads | tokens | first position | us/call | GFLOP/s |\n");
+  std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
+  for (const int n_head_kv : {32, 8}) {
+    for (const int start : {0, n_ctx - max_tokens}) {
+      const int n_tokens = max_tokens;
+      std::vector<int32_t> h_seq(static_cast<size_t>(n_tokens), 0), h_pos(static_cast<size_t>(n_tokens));
+      double visible = 0.0;
+      for (int t = 0; t < n_tokens; ++t) {
+        h_pos[static_cast<size_t>(t)] = start + t;
+        visible += start + t + 1;
+      }
+      M40_CUDA_CHECK(cudaMemcpy(seq_ids, h_seq.data(), h_seq.size() * 4, cudaMemcpyHostToDevice));
+      M40_CUDA_CHECK(cudaMemcpy(positions, h_pos.data(), h_pos.size() * 4, cudaMemcpyHostToDevice));
+      const KvLayer layer{k, v, n_ctx, n_head_kv * head_dim};
+      const AttentionShape shape{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+      const double ms = time_ms(std::max(1, iterations / 5), [&] {
+        m40::cuda::attention(layer, shape, q, seq_ids, positions, n_tokens, start + n_tokens, out, nullptr);
+      });
+      const double flops = 4.0 * head_dim * n_head * visible;
+      std::printf("| %d | %d | %d | %.1f | %.0f |\n", n_head_kv, n_tokens, start, ms * 1e3, flops / (ms * 1e6));
+    }
+  }
+
+  M40_CUDA_CHECK(cudaFree(k));
+  M40_CUDA_CHECK(cudaFree(v));
+  M40_CUDA_CHECK(cudaFree(q));
+  M40_CUDA_CHECK(cudaFree(out));
+  M40_CUDA_CHECK(cudaFree(seq_ids));
+  M40_CUDA_CHECK(cudaFree(positions));
+  return 0;
+}

@@ -1,0 +1,907 @@
+// Causal attention over the FP16 KV cache, all math in FP32. CPU twin:
+// cpu::attention. Two kernels:
+//
+// Decode (few tokens, any layout): one block of 4 warps per (token, KV head,
+// context part). The block holds up to 4 query heads of that KV head (GQA),
+// so each K/V row is read from memory once for all of them. Lanes split a
+// key row into 16-byte pieces (8 halves; 4 for head dims that are not a
+// multiple of 8): head_dim 128 takes 16 lanes, so a warp reads two whole
+// 256-byte rows per load instruction, coalesced. Keys are taken 256 at a
+// time: their scores go to shared memory, one warp per head takes the max and
+// the exponentials, and the running max/sum of an online softmax rescales the
+// per-lane V accumulators. A long context is split into parts (flash-decoding):
+// each part writes its unnormalized output and its (max, sum) to scratch, and
+// a combine kernel merges them, so one sequence still fills the GPU.
+//
+// Prefill (many tokens): one block per (tile of 32 query tokens, query head).
+// Q, then K, then V tiles of 32 positions sit in shared memory as FP32 rows
+// padded by 16 bytes (conflict-free float4 reads); each thread computes a
+// 4x2 block of scores and a 4x8 block of the output with float4 shared loads,
+// and the softmax is online over the key tiles. Tokens of one tile that
+// belong to different sequences (a mixed batch) are handled one sequence at a
+// time ("segments"); each token is masked to its own positions, so any
+// positions layout is correct.
+//
+// Positions outside 0..n_ctx-1 (and negative sequence ids) give NaN outputs
+// rather than out-of-bounds reads; the engine never sends them.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/attention_variants.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/layer_kernels.h"
+#include "backends/cuda/warp_reduce.cuh"
+#include "common/error.h"
+
+namespace m40::cuda {
+
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+
+// ---------------------------------------------------------------------------
+// FP16 -> FP32: the hardware conversion (cvt.f32.f16 exists on every
+// architecture; it is fp16 arithmetic that sm_52 lacks). Exact, like
+// quant::half_to_float, but one instruction.
+
+__device__ __forceinline__ float widen_half(uint32_t bits16) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(bits16)));
+  return f;
+}
+
+__device__ __forceinline__ void widen_pair(uint32_t word, float* f) {
+  f[0] = widen_half(word & 0xffffu);
+  f[1] = widen_half(word >> 16);
+}
+
+// C consecutive halves loaded with one 16-byte (C = 8) or 8-byte (C = 4)
+// read-only load.
+template <int C>
+struct HalfVec;
+
+template <>
+struct HalfVec<8> {
+  uint4 raw;
+  __device__ __forceinline__ void load(const uint16_t* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ void widen(float* f) const {
+    widen_pair(raw.x, f);
+    widen_pair(raw.y, f + 2);
+    widen_pair(raw.z, f + 4);
+    widen_pair(raw.w, f + 6);
+  }
+};
+
+template <>
+struct HalfVec<4> {
+  uint2 raw;
+  __device__ __forceinline__ void load(const uint16_t* p) { raw = __ldg(reinterpret_cast<const uint2*>(p)); }
+  __device__ __forceinline__ void zero() { raw = make_uint2(0, 0); }
+  __device__ __forceinline__ void widen(float* f) const {
+    widen_pair(raw.x, f);
+    widen_pair(raw.y, f + 2);
+  }
+};
+
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
+
+// ---------------------------------------------------------------------------
+// Decode kernel
+
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
+constexpr int kSubChunk = 256;  // key positions whose scores sit in shared memory at once
+constexpr int kSplitGranule = 64;  // a context part is a multiple of this many positions
+constexpr int kUnroll = 4;      // loads in flight per lane
+
+struct DecodeArgs {
+  const uint16_t* k;
+  const uint16_t* v;
+  const float* q;
+  const int32_t* seq_ids;
+  const int32_t* positions;
+  float* out;       // written directly when n_splits == 1
+  float* part_acc;  // [n_tokens][n_head][n_splits][head_dim] unnormalized outputs
+  float* part_ml;   // [n_tokens][n_head][n_splits][2] running max and sum
+  int n_ctx;
+  int kv_dim;
+  int head_dim;
+  int n_head;
+  int gqa;              // query heads per KV head
+  int groups_per_kv;    // blocks per KV head: ceil(gqa / HB)
+  int lanes_per_key;    // power of two >= head_dim / C, at most 32
+  int n_splits;
+  int positions_per_split;
+  float scale;
+};
+
+// C: halves per lane load (8 or 4); HB: query heads per block (1, 2 or 4).
+// Grid: x = split + n_splits * (head group), y = token. (The "2 blocks per
+// multiprocessor" bound changes nothing but CUDA 11.8's ptxas heuristics,
+// which otherwise spill a few bytes of the HB = 2 variant at 80 registers.)
+template <int C, int HB>
+__global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(DecodeArgs a) {
+  static_assert(HB <= kDecodeWarps, "one warp per head for the softmax statistics");
+  // Scores [HB][kSubChunk] during the loop, then per-warp partial outputs
+  // [kDecodeWarps][HB][head_dim].
+  __shared__ float buf[kDecodeWarps * HB * kMaxHeadDim];
+  __shared__ float s_m[HB], s_l[HB], s_corr[HB];
+
+  const int t = static_cast<int>(blockIdx.y);
+  const int split = static_cast<int>(blockIdx.x) % a.n_splits;
+  const int group = static_cast<int>(blockIdx.x) / a.n_splits;
+  const int kvh = group / a.groups_per_kv;
+  const int first_in_kv = (group % a.groups_per_kv) * HB;
+  const int h0 = kvh * a.gqa + first_in_kv;
+  const int nh = min(HB, a.gqa - first_in_kv);
+  const int q_dim = a.n_head * a.head_dim;
+  const bool direct = a.n_splits == 1;
+
+  const int pos = __ldg(a.positions + t);
+  const int seq = __ldg(a.seq_ids + t);
+  if (pos < 0 || pos >= a.n_ctx || seq < 0) {
+    if (direct) {  // (the combine kernel writes the NaNs otherwise)
+      for (int i = static_cast<int>(threadIdx.x); i < nh * a.head_dim; i += kDecodeThreads) {
+        a.out[static_cast<int64_t>(t) * q_dim + static_cast<int64_t>(h0) * a.head_dim + i] = quiet_nan();
+      }
+    }
+    return;
+  }
+  const int n_pos = pos + 1;
+  const int begin = split * a.positions_per_split;
+  if (begin >= n_pos) return;  // this token's context is shorter; the combine skips the part
+  const int end = split == a.n_splits - 1 ? n_pos : min(begin + a.positions_per_split, n_pos);
+
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int L = a.lanes_per_key;
+  const int sub = lane & (L - 1);  // which piece of the row
+  const int slot = lane / L;       // which key of the warp's step
+  const int keys_per_warp = kWarpSize / L;
+  const int keys_per_step = kDecodeWarps * keys_per_warp;
+  const int d0 = sub * C;
+  const bool has_dims = d0 < a.head_dim;
+
+  float qr[HB][C];
+#pragma unroll
+  for (int h = 0; h < HB; ++h) {
+    const float* qh = a.q + static_cast<int64_t>(t) * q_dim + static_cast<int64_t>(h0 + h) * a.head_dim + d0;
+    const bool load = has_dims && h < nh;
+#pragma unroll
+    for (int c = 0; c < C; c += 4) {
+      const float4 v = load ? __ldg(reinterpret_cast<const float4*>(qh + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
+      qr[h][c] = v.x;
+      qr[h][c + 1] = v.y;
+      qr[h][c + 2] = v.z;
+      qr[h][c + 3] = v.w;
+    }
+  }
+  const int64_t row_base = static_cast<int64_t>(seq) * a.n_ctx * a.kv_dim + static_cast<int64_t>(kvh) * a.head_dim + d0;
+  const uint16_t* k_rows = a.k + row_base;
+  const uint16_t* v_rows = a.v + row_base;
+
+  float acc[HB][C];
+#pragma unroll
+  for (int h = 0; h < HB; ++h) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[h][c] = 0.0f;
+  }
+  if (threadIdx.x < HB) {
+    s_m[threadIdx.x] = -INFINITY;
+    s_l[threadIdx.x] = 0.0f;
+    s_corr[threadIdx.x] = 1.0f;
+  }
+
+  for (int c0 = begin; c0 < end; c0 += kSubChunk) {
+    const int len = min(kSubChunk, end - c0);
+    // Scores. The loop bound is uniform over the warp: the shuffles inside
+    // need all 32 lanes.
+    for (int jb = warp * keys_per_warp; jb < len; jb += kUnroll * keys_per_step) {
+      HalfVec<C> kv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = jb + u * keys_per_step + slot;
+        if (has_dims && j < len) {
+          kv[u].load(k_rows + static_cast<int64_t>(c0 + j) * a.kv_dim);
+        } else {
+          kv[u].zero();
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float kf[C];
+        kv[u].widen(kf);
+        float dot[HB];
+#pragma unroll
+        for (int h = 0; h < HB; ++h) {
+          dot[h] = 0.0f;
+#pragma unroll
+          for (int c = 0; c < C; ++c) dot[h] += qr[h][c] * kf[c];
+          dot[h] = group_sum(dot[h], L);
+        }
+        const int j = jb + u * keys_per_step + slot;
+        if (sub == 0 && j < len) {
+#pragma unroll
+          for (int h = 0; h < HB; ++h) buf[h * kSubChunk + j] = dot[h] * a.scale;
+        }
+      }
+    }
+    __syncthreads();
+
+    // Softmax statistics, one warp per head: new running max, the factor
+    // that rescales what was accumulated so far, and the probabilities.
+    if (warp < nh) {
+      float* s = buf + warp * kSubChunk;
+      float mx = -INFINITY;
+      for (int j = lane; j < len; j += kWarpSize) mx = fmaxf(mx, s[j]);
+      mx = warp_max(mx);
+      const float m_old = s_m[warp];
+      const float m_new = fmaxf(m_old, mx);
+      float sum = 0.0f;
+      for (int j = lane; j < len; j += kWarpSize) {
+        const float p = expf(s[j] - m_new);
+        s[j] = p;
+        sum += p;
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        const float corr = expf(m_old - m_new);  // 0 on the first sub-chunk
+        s_corr[warp] = corr;
+        s_l[warp] = s_l[warp] * corr + sum;
+        s_m[warp] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // Weighted V.
+#pragma unroll
+    for (int h = 0; h < HB; ++h) {
+      const float corr = s_corr[h];
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[h][c] *= corr;
+    }
+    for (int jb = warp * keys_per_warp; jb < len; jb += kUnroll * keys_per_step) {
+      HalfVec<C> vv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = jb + u * keys_per_step + slot;
+        if (has_dims && j < len) {
+          vv[u].load(v_rows + static_cast<int64_t>(c0 + j) * a.kv_dim);
+        } else {
+          vv[u].zero();
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = jb + u * keys_per_step + slot;
+        if (j < len) {
+          float vf[C];
+          vv[u].widen(vf);
+#pragma unroll
+          for (int h = 0; h < HB; ++h) {
+            const float p = buf[h * kSubChunk + j];
+#pragma unroll
+            for (int c = 0; c < C; ++c) acc[h][c] += p * vf[c];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // Sum over the key slots of the warp, then over the warps.
+#pragma unroll
+  for (int h = 0; h < HB; ++h) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      for (int offset = L; offset < kWarpSize; offset *= 2) {
+        acc[h][c] += __shfl_xor_sync(kFullWarpMask, acc[h][c], offset);
+      }
+    }
+  }
+  if (slot == 0 && has_dims) {
+#pragma unroll
+    for (int h = 0; h < HB; ++h) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) buf[(warp * HB + h) * a.head_dim + d0 + c] = acc[h][c];
+    }
+  }
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < nh * a.head_dim; i += kDecodeThreads) {
+    const int h = i / a.head_dim;
+    const int d = i % a.head_dim;
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) total += buf[(w * HB + h) * a.head_dim + d];
+    const int64_t head = h0 + h;
+    if (direct) {
+      a.out[static_cast<int64_t>(t) * q_dim + head * a.head_dim + d] = total / s_l[h];
+    } else {
+      a.part_acc[((static_cast<int64_t>(t) * a.n_head + head) * a.n_splits + split) * a.head_dim + d] = total;
+    }
+  }
+  if (!direct && static_cast<int>(threadIdx.x) < nh) {
+    const int h = static_cast<int>(threadIdx.x);
+    float* ml = a.part_ml + ((static_cast<int64_t>(t) * a.n_head + h0 + h) * a.n_splits + split) * 2;
+    ml[0] = s_m[h];
+    ml[1] = s_l[h];
+  }
+}
+
+constexpr int kCombineThreads = 128;
+
+// Merges the parts of one (token, query head): out = sum_s w_s acc_s /
+// sum_s w_s l_s with w_s = exp(m_s - max m). Grid: x = head, y = token.
+__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(DecodeArgs a) {
+  __shared__ float weight[detail::kMaxSplits];
+  __shared__ float total;
+  const int head = static_cast<int>(blockIdx.x);
+  const int t = static_cast<int>(blockIdx.y);
+  const int64_t item = static_cast<int64_t>(t) * a.n_head + head;
+  float* out = a.out + item * a.head_dim;  // q_dim = n_head * head_dim
+  const int pos = __ldg(a.positions + t);
+  const int seq = __ldg(a.seq_ids + t);
+  if (pos < 0 || pos >= a.n_ctx || seq < 0) {
+    for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kCombineThreads) out[d] = quiet_nan();
+    return;
+  }
+  const int n_valid = min(a.n_splits, (pos + a.positions_per_split) / a.positions_per_split);
+  const float* ml = a.part_ml + item * a.n_splits * 2;
+  if (threadIdx.x < kWarpSize) {
+    const int lane = static_cast<int>(threadIdx.x);
+    float m = -INFINITY;
+    for (int s = lane; s < n_valid; s += kWarpSize) m = fmaxf(m, ml[2 * s]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int s = lane; s < n_valid; s += kWarpSize) {
+      const float w = expf(ml[2 * s] - m);
+      weight[s] = w;
+      sum += w * ml[2 * s + 1];
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) total = sum;
+  }
+  __syncthreads();
+  const float* acc = a.part_acc + item * a.n_splits * a.head_dim;
+  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kCombineThreads) {
+    float sum = 0.0f;
+    for (int s = 0; s < n_valid; ++s) sum += weight[s] * acc[static_cast<int64_t>(s) * a.head_dim + d];
+    out[d] = sum / total;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Prefill kernel
+
+constexpr int kPrefillThreads = 128;
+
+struct PrefillArgs {
+  const uint16_t* k;
+  const uint16_t* v;
+  const float* q;
+  const int32_t* seq_ids;
+  const int32_t* positions;
+  float* out;
+  int n_ctx;
+  int kv_dim;
+  int head_dim;
+  int n_head;
+  int gqa;
+  int n_tokens;
+  bool rows_of_8;  // head_dim % 8 == 0 and 16-byte aligned cache: 16-byte K/V loads
+  float scale;
+};
+
+// Positions kv0..kv0+BK-1 of one KV head into `tile` as FP32 rows of D
+// (zero past head_dim and past kv_end), row stride LD4 float4s.
+template <int D, int BK, int LD4>
+__device__ __forceinline__ void load_kv_tile(float4* tile, const uint16_t* rows, int kv0, int kv_end,
+                                             const PrefillArgs& a) {
+  constexpr int kPieces = D / 8;  // 8 halves per piece
+  for (int i = static_cast<int>(threadIdx.x); i < BK * kPieces; i += kPrefillThreads) {
+    const int r = i / kPieces;
+    const int d = (i % kPieces) * 8;
+    float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const int p = kv0 + r;
+    if (p < kv_end && d < a.head_dim) {
+      const uint16_t* src = rows + static_cast<int64_t>(p) * a.kv_dim + d;
+      if (a.rows_of_8) {
+        HalfVec<8> h;
+        h.load(src);
+        h.widen(f);
+      } else {  // head_dim % 4 == 0
+        HalfVec<4> h;
+        h.load(src);
+        h.widen(f);
+        if (d + 4 < a.head_dim) {
+          h.load(src + 4);
+          h.widen(f + 4);
+        }
+      }
+    }
+    tile[r * LD4 + d / 4] = make_float4(f[0], f[1], f[2], f[3]);
+    tile[r * LD4 + d / 4 + 1] = make_float4(f[4], f[5], f[6], f[7]);
+  }
+}
+
+__device__ __forceinline__ float4 fma4(float s, float4 v, float4 acc) {
+  acc.x += s * v.x;
+  acc.y += s * v.y;
+  acc.z += s * v.z;
+  acc.w += s * v.w;
+  return acc;
+}
+
+__device__ __forceinline__ float component(const float4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// D: head_dim rounded up (64, 128, 256); BQ query tokens by BK key positions
+// per tile. Grid: x = query tile (last tile first: it has the most keys),
+// y = query head. (Shared memory allows two blocks per multiprocessor on the
+// M40 anyway; saying so keeps CUDA 13's ptxas from spilling at sm_90.)
+template <int D, int BQ, int BK>
+__global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(PrefillArgs a) {
+  constexpr int TQ = 8;   // thread rows
+  constexpr int TK = 16;  // thread columns
+  static_assert(TQ * TK == kPrefillThreads, "thread grid");
+  constexpr int SQ = BQ / TQ;        // query rows per thread (scores and output)
+  constexpr int SK = BK / TK;        // keys per thread in the score tile
+  constexpr int OD4 = D / (4 * TK);  // float4 columns per thread in the output tile
+  constexpr int LD4 = D / 4 + 1;     // row stride in float4s: 16 bytes of padding
+  constexpr int PLD = BK + 4;        // probability row stride in floats
+  constexpr int kRowThreads = kPrefillThreads / BQ;  // threads per row for the statistics
+  constexpr int kRowEntries = BK / kRowThreads;
+  static_assert(SQ * TQ == BQ && SK * TK == BK && OD4 * 4 * TK == D && kRowEntries * kRowThreads == BK, "tiles");
+
+  __shared__ float4 q_tile[BQ * LD4];
+  __shared__ float4 kv_tile[BK * LD4];
+  __shared__ float4 p_tile4[BQ * PLD / 4];
+  __shared__ float row_m[BQ], row_l[BQ], row_corr[BQ];
+  __shared__ int row_seq[BQ], row_pos[BQ], row_limit[BQ];
+  __shared__ bool row_pending[BQ];
+  __shared__ int seg_seq, seg_kv_end;
+  float* p_tile = reinterpret_cast<float*>(p_tile4);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int tk = tid % TK;
+  const int tq = tid / TK;
+  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * BQ;
+  const int head = static_cast<int>(blockIdx.y);
+  const int kvh = head / a.gqa;
+  const int q_dim = a.n_head * a.head_dim;
+
+  if (tid < BQ) {
+    const int t = q0 + tid;
+    int seq = -1;
+    int pos = -1;
+    if (t < a.n_tokens) {
+      seq = __ldg(a.seq_ids + t);
+      pos = __ldg(a.positions + t);
+    }
+    const bool ok = t < a.n_tokens && seq >= 0 && pos >= 0 && pos < a.n_ctx;
+    row_seq[tid] = seq;
+    row_pos[tid] = ok ? pos : -1;
+    row_pending[tid] = ok;
+    row_m[tid] = -INFINITY;
+    row_l[tid] = 0.0f;
+  }
+  for (int i = tid; i < BQ * (D / 4); i += kPrefillThreads) {
+    const int r = i / (D / 4);
+    const int c4 = i % (D / 4);
+    const int t = q0 + r;
+    float4 value = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (t < a.n_tokens && 4 * c4 < a.head_dim) {
+      value = __ldg(reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(t) * q_dim +
+                                                    static_cast<int64_t>(head) * a.head_dim + 4 * c4));
+    }
+    q_tile[r * LD4 + c4] = value;
+  }
+
+  float4 acc[SQ][OD4];
+#pragma unroll
+  for (int i = 0; i < SQ; ++i) {
+#pragma unroll
+    for (int j = 0; j < OD4; ++j) acc[i][j] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+
+  for (;;) {
+    // The next segment: the pending rows of the first pending row's sequence.
+    __syncthreads();
+    if (tid == 0) {
+      int seq = -1;
+      int kv_end = 0;
+      for (int r = 0; r < BQ; ++r) {
+        if (row_pending[r] && (seq < 0 || row_seq[r] == seq)) {
+          seq = row_seq[r];
+          row_pending[r] = false;
+          row_limit[r] = row_pos[r];
+          kv_end = max(kv_end, row_pos[r] + 1);
+        } else {
+          row_limit[r] = -1;
+        }
+      }
+      seg_seq = seq;
+      seg_kv_end = kv_end;
+    }
+    __syncthreads();
+    const int kv_end = seg_kv_end;
+    if (kv_end == 0) break;
+    int limit[SQ];
+#pragma unroll
+    for (int i = 0; i < SQ; ++i) limit[i] = row_limit[tq + TQ * i];
+    const int64_t base = static_cast<int64_t>(seg_seq) * a.n_ctx * a.kv_dim + static_cast<int64_t>(kvh) * a.head_dim;
+    const uint16_t* k_rows = a.k + base;
+    const uint16_t* v_rows = a.v + base;
+
+    for (int kv0 = 0; kv0 < kv_end; kv0 += BK) {
+      load_kv_tile<D, BK, LD4>(kv_tile, k_rows, kv0, kv_end, a);
+      __syncthreads();
+
+      float s[SQ][SK];
+#pragma unroll
+      for (int i = 0; i < SQ; ++i) {
+#pragma unroll
+        for (int j = 0; j < SK; ++j) s[i][j] = 0.0f;
+      }
+#pragma unroll 8
+      for (int c4 = 0; c4 < D / 4; ++c4) {
+        float4 qv[SQ];
+        float4 kv[SK];
+#pragma unroll
+        for (int i = 0; i < SQ; ++i) qv[i] = q_tile[(tq + TQ * i) * LD4 + c4];
+#pragma unroll
+        for (int j = 0; j < SK; ++j) kv[j] = kv_tile[(tk + TK * j) * LD4 + c4];
+#pragma unroll
+        for (int i = 0; i < SQ; ++i) {
+#pragma unroll
+          for (int j = 0; j < SK; ++j) {
+            s[i][j] += qv[i].x * kv[j].x;
+            s[i][j] += qv[i].y * kv[j].y;
+            s[i][j] += qv[i].z * kv[j].z;
+            s[i][j] += qv[i].w * kv[j].w;
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < SQ; ++i) {
+#pragma unroll
+        for (int j = 0; j < SK; ++j) {
+          const int key = kv0 + tk + TK * j;
+          p_tile[(tq + TQ * i) * PLD + tk + TK * j] = key <= limit[i] ? s[i][j] * a.scale : -INFINITY;
+        }
+      }
+      __syncthreads();
+
+      // V replaces K in shared memory while the statistics are computed.
+      load_kv_tile<D, BK, LD4>(kv_tile, v_rows, kv0, kv_end, a);
+      {
+        const int r = tid / kRowThreads;
+        float* pr = p_tile + r * PLD + (tid % kRowThreads) * kRowEntries;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int e = 0; e < kRowEntries; ++e) mx = fmaxf(mx, pr[e]);
+        mx = group_max(mx, kRowThreads);
+        const float m_old = row_m[r];
+        const float m_new = fmaxf(m_old, mx);
+        float sum = 0.0f;
+        if (m_new == -INFINITY) {  // nothing visible to this row yet
+#pragma unroll
+          for (int e = 0; e < kRowEntries; ++e) pr[e] = 0.0f;
+        } else {
+#pragma unroll
+          for (int e = 0; e < kRowEntries; ++e) {
+            const float p = expf(pr[e] - m_new);
+            pr[e] = p;
+            sum += p;
+          }
+        }
+        sum = group_sum(sum, kRowThreads);
+        if (tid % kRowThreads == 0) {
+          const float corr = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
+          row_corr[r] = corr;
+          row_l[r] = row_l[r] * corr + sum;
+          row_m[r] = m_new;
+        }
+      }
+      __syncthreads();
+
+#pragma unroll
+      for (int i = 0; i < SQ; ++i) {
+        const float corr = row_corr[tq + TQ * i];
+#pragma unroll
+        for (int j = 0; j < OD4; ++j) {
+          acc[i][j].x *= corr;
+          acc[i][j].y *= corr;
+          acc[i][j].z *= corr;
+          acc[i][j].w *= corr;
+        }
+      }
+#pragma unroll 2
+      for (int k4 = 0; k4 < BK / 4; ++k4) {
+        float4 pv[SQ];
+#pragma unroll
+        for (int i = 0; i < SQ; ++i) pv[i] = p_tile4[((tq + TQ * i) * PLD) / 4 + k4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          float4 vv[OD4];
+#pragma unroll
+          for (int j = 0; j < OD4; ++j) vv[j] = kv_tile[(4 * k4 + kk) * LD4 + tk + TK * j];
+#pragma unroll
+          for (int i = 0; i < SQ; ++i) {
+            const float p = component(pv[i], kk);
+#pragma unroll
+            for (int j = 0; j < OD4; ++j) acc[i][j] = fma4(p, vv[j], acc[i][j]);
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < SQ; ++i) {
+    const int r = tq + TQ * i;
+    const int t = q0 + r;
+    if (t >= a.n_tokens) continue;
+    const bool ok = row_pos[r] >= 0;
+    const float l = row_l[r];
+    float* dst = a.out + static_cast<int64_t>(t) * q_dim + static_cast<int64_t>(head) * a.head_dim;
+#pragma unroll
+    for (int j = 0; j < OD4; ++j) {
+      const int d = 4 * (tk + TK * j);
+      if (d >= a.head_dim) continue;
+      const float4 v = acc[i][j];
+      *reinterpret_cast<float4*>(dst + d) =
+          ok ? make_float4(v.x / l, v.y / l, v.z / l, v.w / l)
+             : make_float4(quiet_nan(), quiet_nan(), quiet_nan(), quiet_nan());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host side
+
+int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+int next_pow2(int v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+int multiprocessor_count() {
+  int device = 0;
+  M40_CUDA_CHECK(cudaGetDevice(&device));
+  int count = 0;
+  M40_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+// Split scratch comes from the device's stream-ordered memory pool, so that
+// concurrent streams never share it and CUDA graphs can capture it. The pool
+// keeps up to 64 MiB cached between steps instead of returning it to the
+// driver at every synchronization. Devices without memory pools do not split.
+bool scratch_pool_ready() {
+  static std::mutex mutex;
+  static std::vector<int> state;  // per device: 0 unknown, 1 ready, 2 unsupported
+  int device = 0;
+  M40_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (state.size() <= static_cast<size_t>(device)) state.resize(static_cast<size_t>(device) + 1, 0);
+  int& s = state[static_cast<size_t>(device)];
+  if (s == 0) {
+    int supported = 0;
+    M40_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
+    s = 2;
+    if (supported != 0) {
+      cudaMemPool_t pool = nullptr;
+      M40_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+      uint64_t threshold = 0;
+      M40_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+      uint64_t wanted = uint64_t{64} << 20;
+      if (threshold < wanted) M40_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &wanted));
+      s = 1;
+    }
+  }
+  return s == 1;
+}
+
+class StreamScratch {
+ public:
+  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    M40_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
+  }
+  ~StreamScratch() {
+    if (ptr_ != nullptr) cudaFreeAsync(ptr_, stream_);
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  float* floats() const { return static_cast<float*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+template <int C, int HB>
+void launch_decode(const DecodeArgs& a, int n_tokens, cudaStream_t stream) {
+  const int head_groups = (a.n_head / a.gqa) * a.groups_per_kv;  // KV heads x blocks per KV head
+  const dim3 grid(static_cast<unsigned>(a.n_splits * head_groups), static_cast<unsigned>(n_tokens));
+  attention_decode_kernel<C, HB><<<grid, kDecodeThreads, 0, stream>>>(a);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+template <int C>
+void launch_decode_for_heads(const DecodeArgs& a, int heads_per_block, int n_tokens, cudaStream_t stream) {
+  switch (heads_per_block) {
+    case 1: launch_decode<C, 1>(a, n_tokens, stream); return;
+    case 2: launch_decode<C, 2>(a, n_tokens, stream); return;
+    default: launch_decode<C, 4>(a, n_tokens, stream); return;
+  }
+}
+
+void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,
+                const int32_t* seq_ids, const int32_t* positions, int n_tokens, int max_positions, float* out,
+                cudaStream_t stream, int forced_splits) {
+  if (n_tokens > 65535) {
+    throw Error("attention: the decode kernel takes at most 65535 tokens, got " + std::to_string(n_tokens));
+  }
+  const int gqa = shape.n_head / shape.n_head_kv;
+  const int heads_per_block = gqa == 1 ? 1 : gqa == 2 ? 2 : 4;
+  const bool rows_of_8 = shape.head_dim % 8 == 0 && aligned(cache.k, 16) && aligned(cache.v, 16);
+  const int piece = rows_of_8 ? 8 : 4;
+  const int lanes = next_pow2(ceil_div(shape.head_dim, piece));
+  if (lanes > kWarpSize) {
+    throw Error("attention: head_dim " + std::to_string(shape.head_dim) +
+                " needs 16-byte aligned K/V rows (a multiple of 8) beyond 128");
+  }
+
+  DecodeArgs a{};
+  a.k = cache.k;
+  a.v = cache.v;
+  a.q = q;
+  a.seq_ids = seq_ids;
+  a.positions = positions;
+  a.out = out;
+  a.n_ctx = cache.n_ctx;
+  a.kv_dim = cache.kv_dim;
+  a.head_dim = shape.head_dim;
+  a.n_head = shape.n_head;
+  a.gqa = gqa;
+  a.groups_per_kv = ceil_div(gqa, heads_per_block);
+  a.lanes_per_key = lanes;
+  a.scale = scale;
+
+  // Parts: enough blocks to fill the GPU (about 8 per multiprocessor: a
+  // block keeps only 8 KB of loads in flight, so a single sequence with few
+  // KV heads needs its context cut fine), each part a multiple of 64
+  // positions, at most kMaxSplits parts.
+  const int blocks_per_part = n_tokens * shape.n_head_kv * a.groups_per_kv;
+  int splits = 1;
+  int per_split = max_positions;
+  if (forced_splits > 0) {
+    splits = std::min({forced_splits, detail::kMaxSplits, max_positions});
+    per_split = ceil_div(max_positions, splits);
+  } else {
+    const int wanted = ceil_div(int64_t{8} * multiprocessor_count(), blocks_per_part);
+    const int granules = ceil_div(max_positions, kSplitGranule);
+    splits = std::max(1, std::min({wanted, granules, detail::kMaxSplits}));
+    per_split = ceil_div(ceil_div(max_positions, splits), kSplitGranule) * kSplitGranule;
+  }
+  splits = ceil_div(max_positions, per_split);
+  if (splits > 1 && !scratch_pool_ready()) {
+    splits = 1;
+    per_split = max_positions;
+  }
+  a.n_splits = splits;
+  a.positions_per_split = per_split;
+
+  const auto launch = [&] {
+    if (rows_of_8) {
+      launch_decode_for_heads<8>(a, heads_per_block, n_tokens, stream);
+    } else {
+      launch_decode_for_heads<4>(a, heads_per_block, n_tokens, stream);
+    }
+  };
+  if (splits == 1) {
+    launch();
+    return;
+  }
+  const size_t items = static_cast<size_t>(n_tokens) * shape.n_head * splits;
+  StreamScratch scratch(items * (static_cast<size_t>(shape.head_dim) + 2) * sizeof(float), stream);
+  a.part_acc = scratch.floats();
+  a.part_ml = scratch.floats() + items * shape.head_dim;
+  launch();
+  attention_combine_kernel<<<dim3(static_cast<unsigned>(shape.n_head), static_cast<unsigned>(n_tokens)),
+                             kCombineThreads, 0, stream>>>(a);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+template <int D, int BQ, int BK>
+void launch_prefill(const PrefillArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.n_tokens, BQ)), static_cast<unsigned>(a.n_head));
+  attention_prefill_kernel<D, BQ, BK><<<grid, kPrefillThreads, 0, stream>>>(a);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+void run_prefill(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,
+                 const int32_t* seq_ids, const int32_t* positions, int n_tokens, float* out, cudaStream_t stream) {
+  PrefillArgs a{};
+  a.k = cache.k;
+  a.v = cache.v;
+  a.q = q;
+  a.seq_ids = seq_ids;
+  a.positions = positions;
+  a.out = out;
+  a.n_ctx = cache.n_ctx;
+  a.kv_dim = cache.kv_dim;
+  a.head_dim = shape.head_dim;
+  a.n_head = shape.n_head;
+  a.gqa = shape.n_head / shape.n_head_kv;
+  a.n_tokens = n_tokens;
+  a.rows_of_8 = shape.head_dim % 8 == 0 && aligned(cache.k, 16) && aligned(cache.v, 16);
+  a.scale = scale;
+  if (shape.head_dim <= 64) {
+    launch_prefill<64, 32, 32>(a, stream);
+  } else if (shape.head_dim <= 128) {
+    launch_prefill<128, 32, 32>(a, stream);
+  } else {
+    launch_prefill<256, 16, 16>(a, stream);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void attention_with_plan(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
+                         const int32_t* positions, int n_tokens, int max_positions, float* out,
+                         cudaStream_t stream, const AttentionPlan& plan) {
+  if (shape.n_head <= 0 || shape.n_head_kv <= 0 || shape.n_head % shape.n_head_kv != 0) {
+    throw Error("attention: " + std::to_string(shape.n_head) + " query heads do not divide into " +
+                std::to_string(shape.n_head_kv) + " KV heads");
+  }
+  if (shape.head_dim <= 0 || shape.head_dim % 4 != 0 || shape.head_dim > kMaxHeadDim) {
+    throw Error("attention: head_dim must be a multiple of 4 up to " + std::to_string(kMaxHeadDim) + ", got " +
+                std::to_string(shape.head_dim));
+  }
+  if (cache.kv_dim != shape.n_head_kv * shape.head_dim || cache.n_ctx <= 0) {
+    throw Error("attention: the cache's kv_dim " + std::to_string(cache.kv_dim) + " is not " +
+                std::to_string(shape.n_head_kv) + " KV heads x " + std::to_string(shape.head_dim));
+  }
+  if (!aligned(q, 16) || !aligned(out, 16) || !aligned(cache.k, 8) || !aligned(cache.v, 8)) {
+    throw Error("attention: q and out must be 16-byte aligned, the K/V cache 8-byte aligned");
+  }
+  if (n_tokens < 0) throw Error("attention: negative token count " + std::to_string(n_tokens));
+  if (n_tokens == 0) return;
+  if (max_positions <= 0) throw Error("attention: max_positions must be at least 1");
+  max_positions = std::min(max_positions, cache.n_ctx);
+  const float scale = shape.scale != 0.0f ? shape.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+
+  AttentionKernel kernel = plan.kernel;
+  if (kernel == AttentionKernel::Auto) {
+    kernel = n_tokens <= kDecodeMaxTokens ? AttentionKernel::Decode : AttentionKernel::Prefill;
+  }
+  if (kernel == AttentionKernel::Decode) {
+    run_decode(cache, shape, scale, q, seq_ids, positions, n_tokens, max_positions, out, stream, plan.splits);
+  } else {
+    run_prefill(cache, shape, scale, q, seq_ids, positions, n_tokens, out, stream);
+  }
+}
+
+}  // namespace detail
+
+void attention(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
+               const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream) {
+  detail::attention_with_plan(cache, shape, q, seq_ids, positions, n_tokens, max_positions, out, stream, {});
+}
+
+}  // namespace m40::cuda

@@ -1,0 +1,94 @@
+// Appending K and V to the FP16 KV cache of one layer. CPU twin:
+// cpu::KvCache::store. The conversion is quant::float_to_half, the same
+// integer-only round-to-nearest-even code the CPU runs, so the cache bytes
+// are identical on both sides.
+//
+// Layout (as the CPU cache's per-layer slice): element d of position pos of
+// sequence slot seq is at ((seq * n_ctx + pos) * kv_dim + d).
+// One thread converts four values of K and four of V (a float4 in, eight
+// bytes out) when kv_dim and the pointers allow it, else one of each.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/layer_kernels.h"
+#include "common/error.h"
+#include "quant/fp16.h"
+
+namespace m40::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 4096;
+
+struct AppendArgs {
+  uint16_t* k_cache;
+  uint16_t* v_cache;
+  const float* k;
+  const float* v;
+  const int32_t* seq_ids;
+  const int32_t* positions;
+  int n_tokens;
+  int n_ctx;
+  int kv_dim;
+};
+
+// kWidth values per thread: 4 (float4 loads, 8-byte stores) or 1.
+// A token whose position lies outside 0..n_ctx-1 is skipped rather than
+// written out of bounds (the engine never sends one).
+template <int kWidth>
+__global__ void __launch_bounds__(kThreads) kv_append_kernel(AppendArgs a) {
+  const int groups_per_token = a.kv_dim / kWidth;
+  const int64_t total = static_cast<int64_t>(a.n_tokens) * groups_per_token;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; item < total; item += stride) {
+    const int64_t t = item / groups_per_token;
+    const int d = static_cast<int>(item % groups_per_token) * kWidth;
+    const int32_t pos = __ldg(a.positions + t);
+    const int32_t seq = __ldg(a.seq_ids + t);
+    if (pos < 0 || pos >= a.n_ctx || seq < 0) continue;
+    const int64_t dst = (static_cast<int64_t>(seq) * a.n_ctx + pos) * a.kv_dim + d;
+    const int64_t src = t * a.kv_dim + d;
+    if constexpr (kWidth == 4) {
+      const float4 kf = __ldg(reinterpret_cast<const float4*>(a.k + src));
+      const float4 vf = __ldg(reinterpret_cast<const float4*>(a.v + src));
+      const auto pack = [](float lo, float hi) {
+        return static_cast<uint32_t>(quant::float_to_half(lo)) |
+               (static_cast<uint32_t>(quant::float_to_half(hi)) << 16);
+      };
+      *reinterpret_cast<uint2*>(a.k_cache + dst) = make_uint2(pack(kf.x, kf.y), pack(kf.z, kf.w));
+      *reinterpret_cast<uint2*>(a.v_cache + dst) = make_uint2(pack(vf.x, vf.y), pack(vf.z, vf.w));
+    } else {
+      a.k_cache[dst] = quant::float_to_half(__ldg(a.k + src));
+      a.v_cache[dst] = quant::float_to_half(__ldg(a.v + src));
+    }
+  }
+}
+
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+}  // namespace
+
+void kv_append(const KvLayer& cache, const float* k, const float* v, const int32_t* seq_ids,
+               const int32_t* positions, int n_tokens, cudaStream_t stream) {
+  if (cache.n_ctx <= 0 || cache.kv_dim <= 0 || n_tokens < 0) {
+    throw Error("kv_append: bad cache shape (n_ctx " + std::to_string(cache.n_ctx) + ", kv_dim " +
+                std::to_string(cache.kv_dim) + ") or token count " + std::to_string(n_tokens));
+  }
+  if (n_tokens == 0) return;
+  AppendArgs a{cache.k, cache.v, k, v, seq_ids, positions, n_tokens, cache.n_ctx, cache.kv_dim};
+  const bool vec = cache.kv_dim % 4 == 0 && aligned(k, 16) && aligned(v, 16) && aligned(cache.k, 8) &&
+                   aligned(cache.v, 8);
+  const int64_t items = static_cast<int64_t>(n_tokens) * (vec ? cache.kv_dim / 4 : cache.kv_dim);
+  const int blocks = static_cast<int>(std::min((items + kThreads - 1) / kThreads, kMaxBlocks));
+  if (vec) {
+    kv_append_kernel<4><<<blocks, kThreads, 0, stream>>>(a);
+  } else {
+    kv_append_kernel<1><<<blocks, kThreads, 0, stream>>>(a);
+  }
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace m40::cuda

@@ -1,0 +1,272 @@
+// The attention kernels against cpu::attention on the same FP16 cache bytes
+// (filled through cpu::KvCache::store and copied to the GPU). Every batch
+// runs through each kernel: the decode kernel with its automatic split, with
+// no split and with a forced odd split; the prefill kernel; and Auto.
+//
+// Bound: |GPU - CPU| <= 1e-5 (+ 1e-5 relative). Both sides compute in FP32
+// from the same widened halves; they differ in the order of the sums (tree
+// and online-softmax rescaling against the CPU's sequential float sums and
+// double softmax denominator). Outputs are convex combinations of V in
+// [-1, 1], so 1e-5 is relative to the values' scale; observed errors are
+// around 1e-7.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kv_cache.h"
+#include "backends/cpu/ops.h"
+#include "backends/cpu/thread_pool.h"
+#include "backends/cuda/attention_variants.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device.h"
+#include "backends/cuda/layer_kernels.h"
+#include "common/error.h"
+#include "device_buffer.h"
+#include "layer_test_util.h"
+
+namespace m40::cuda {
+namespace {
+
+using detail::AttentionKernel;
+using detail::AttentionPlan;
+using test::DeviceBuffer;
+
+struct Heads {
+  int n_head;
+  int n_head_kv;
+  int head_dim;
+};
+
+std::string describe(const Heads& h) {
+  return std::to_string(h.n_head) + "/" + std::to_string(h.n_head_kv) + " heads of " + std::to_string(h.head_dim);
+}
+
+std::string describe(const AttentionPlan& plan) {
+  switch (plan.kernel) {
+    case AttentionKernel::Auto: return "auto";
+    case AttentionKernel::Prefill: return "prefill kernel";
+    case AttentionKernel::Decode:
+      return plan.splits == 0 ? "decode kernel, automatic split" : "decode kernel, " + std::to_string(plan.splits) + " parts";
+  }
+  return "?";
+}
+
+class Attention : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    M40_CUDA_CHECK(cudaStreamCreate(&stream_));
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  // Fills a cache of n_seq x n_ctx with random K/V (through the CPU's store),
+  // runs the batch on the CPU and through every kernel plan, and compares.
+  void check(const Heads& heads, int n_seq, int n_ctx, const std::vector<int32_t>& seq_ids,
+             const std::vector<int32_t>& positions, float q_scale = 1.0f) {
+    const int n_tokens = static_cast<int>(seq_ids.size());
+    const int kv_dim = heads.n_head_kv * heads.head_dim;
+    const int q_dim = heads.n_head * heads.head_dim;
+    int max_positions = 1;
+    for (const int32_t p : positions) max_positions = std::max(max_positions, p + 1);
+    SCOPED_TRACE(describe(heads) + ", " + std::to_string(n_tokens) + " tokens, max position " +
+                 std::to_string(max_positions - 1) + " of " + std::to_string(n_ctx));
+
+    cpu::KvCache cache(1, n_seq, n_ctx, kv_dim, backend::KvType::F16);
+    std::mt19937 rng(static_cast<uint32_t>(n_ctx * 31 + kv_dim));
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    std::vector<float> k(static_cast<size_t>(kv_dim)), v(static_cast<size_t>(kv_dim));
+    for (int s = 0; s < n_seq; ++s) {
+      for (int p = 0; p < n_ctx; ++p) {
+        for (auto& x : k) x = unit(rng);
+        for (auto& x : v) x = unit(rng);
+        cache.store(0, s, p, k.data(), v.data());
+      }
+    }
+    std::vector<float> q(static_cast<size_t>(n_tokens) * q_dim);
+    for (auto& x : q) x = q_scale * unit(rng);
+
+    std::vector<float> cpu_out(q.size());
+    cpu::attention(cache, 0, cpu::AttentionShape{heads.n_head, heads.n_head_kv, heads.head_dim}, q.data(),
+                   seq_ids.data(), positions.data(), n_tokens, cpu_out.data(), pool());
+
+    const size_t cache_values = static_cast<size_t>(n_seq) * n_ctx * kv_dim;
+    DeviceBuffer<uint16_t> d_k(cache_values), d_v(cache_values);
+    DeviceBuffer<float> d_q(q.size()), d_out(q.size());
+    DeviceBuffer<int32_t> d_seq(seq_ids.size()), d_pos(positions.size());
+    M40_CUDA_CHECK(cudaMemcpy(d_k.get(), cache.keys<uint16_t>(0, 0), d_k.bytes(), cudaMemcpyHostToDevice));
+    M40_CUDA_CHECK(cudaMemcpy(d_v.get(), cache.values<uint16_t>(0, 0), d_v.bytes(), cudaMemcpyHostToDevice));
+    test::to_device(d_q, q);
+    test::to_device(d_seq, seq_ids);
+    test::to_device(d_pos, positions);
+    const KvLayer layer{d_k.get(), d_v.get(), n_ctx, kv_dim};
+    AttentionShape shape;
+    shape.n_head = heads.n_head;
+    shape.n_head_kv = heads.n_head_kv;
+    shape.head_dim = heads.head_dim;
+    shape.scale = 1.0f / std::sqrt(static_cast<float>(heads.head_dim));
+
+    const AttentionPlan plans[] = {
+        {AttentionKernel::Auto, 0},
+        {AttentionKernel::Decode, 0},
+        {AttentionKernel::Decode, 1},
+        {AttentionKernel::Decode, 7},
+        {AttentionKernel::Prefill, 0},
+    };
+    for (const AttentionPlan& plan : plans) {
+      SCOPED_TRACE(describe(plan));
+      test::poison(d_out);
+      detail::attention_with_plan(layer, shape, d_q.get(), d_seq.get(), d_pos.get(), n_tokens, max_positions,
+                                  d_out.get(), stream_, plan);
+      M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      test::expect_close(test::from_device(d_out), cpu_out, 1e-5, 1e-5, "attention");
+    }
+  }
+
+  static cpu::ThreadPool& pool() {
+    static cpu::ThreadPool threads;
+    return threads;
+  }
+
+  cudaStream_t stream_ = nullptr;
+};
+
+// One sequence, one token: decode at positions from the first to the last
+// of a 3000-position context (split and unsplit, short and long).
+TEST_F(Attention, SingleTokenDecodeAtShortAndLongContexts) {
+  for (const Heads heads : {Heads{8, 2, 64}, Heads{8, 2, 128}}) {
+    for (const int32_t pos : {0, 1, 200, 255, 256, 1023, 2100, 2999}) {
+      check(heads, 1, 3000, {0}, {pos});
+    }
+  }
+}
+
+// A decode batch: one token per sequence, sequences in shuffled order,
+// contexts from 1 to the end of the cache.
+TEST_F(Attention, MultiSequenceDecodeBatch) {
+  check({8, 2, 128}, 6, 3000, {3, 0, 5, 1, 4, 2}, {5, 2500, 0, 300, 1024, 2999});
+  check({32, 8, 128}, 4, 1500, {0, 1, 2, 3}, {1499, 17, 700, 1});
+}
+
+// Prefill chunks of 1..300 tokens at nonzero starts: causal within the chunk.
+TEST_F(Attention, PrefillChunksAtNonzeroStartPositions) {
+  for (const int n : {1, 2, 31, 33, 100, 300}) {
+    for (const int start : {0, 17, 1500}) {
+      std::vector<int32_t> positions(static_cast<size_t>(n));
+      std::iota(positions.begin(), positions.end(), start);
+      check({8, 2, 64}, 2, 2048, std::vector<int32_t>(static_cast<size_t>(n), 1), positions);
+    }
+  }
+  std::vector<int32_t> positions(300);
+  std::iota(positions.begin(), positions.end(), 1748);  // the chunk ends at the last position
+  check({8, 2, 128}, 1, 2048, std::vector<int32_t>(300, 0), positions);
+}
+
+// A mixed batch in any order: two prefill chunks and two decode tokens,
+// shuffled, so that query tiles hold several sequences.
+TEST_F(Attention, MixedBatchInAnyOrder) {
+  std::vector<int32_t> seq_ids, positions;
+  for (int p = 100; p < 140; ++p) {
+    seq_ids.push_back(0);
+    positions.push_back(p);
+  }
+  seq_ids.push_back(2);
+  positions.push_back(1800);
+  for (int p = 0; p < 70; ++p) {
+    seq_ids.push_back(1);
+    positions.push_back(p);
+  }
+  seq_ids.push_back(3);
+  positions.push_back(5);
+  check({8, 2, 64}, 4, 2048, seq_ids, positions);  // in order
+
+  std::vector<size_t> order(seq_ids.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::shuffle(order.begin(), order.end(), std::mt19937(9));
+  std::vector<int32_t> s2, p2;
+  for (const size_t i : order) {
+    s2.push_back(seq_ids[i]);
+    p2.push_back(positions[i]);
+  }
+  check({8, 2, 64}, 4, 2048, s2, p2);
+}
+
+// The shared test models' shapes and other head layouts: head_dim 4 and 16,
+// a head_dim that is not a power of two, head_dim 256, MQA, three and eight
+// query heads per KV head, no GQA.
+TEST_F(Attention, OddShapes) {
+  const std::vector<int32_t> decode_seq = {1, 0};
+  const std::vector<int32_t> decode_pos = {600, 40};
+  std::vector<int32_t> prefill_seq(45, 0), prefill_pos(45);
+  std::iota(prefill_pos.begin(), prefill_pos.end(), 250);
+  for (const Heads heads : {Heads{2, 2, 4}, Heads{8, 4, 16}, Heads{4, 4, 80}, Heads{4, 1, 256}, Heads{6, 2, 64},
+                            Heads{8, 1, 128}, Heads{4, 4, 12}, Heads{32, 32, 128}}) {
+    check(heads, 2, 700, decode_seq, decode_pos);
+    check(heads, 2, 700, prefill_seq, prefill_pos);
+  }
+}
+
+// Large scores (a peaked softmax) over a long context.
+TEST_F(Attention, PeakedSoftmax) {
+  check({8, 2, 128}, 1, 2600, {0}, {2599}, 8.0f);
+  std::vector<int32_t> positions(64);
+  std::iota(positions.begin(), positions.end(), 2000);
+  check({8, 2, 128}, 1, 2600, std::vector<int32_t>(64, 0), positions, 8.0f);
+}
+
+TEST_F(Attention, PositionsOutsideTheContextGiveNaN) {
+  const int n_ctx = 16, head_dim = 64;
+  DeviceBuffer<uint16_t> d_k(n_ctx * head_dim), d_v(n_ctx * head_dim);
+  M40_CUDA_CHECK(cudaMemset(d_k.get(), 0, d_k.bytes()));
+  M40_CUDA_CHECK(cudaMemset(d_v.get(), 0, d_v.bytes()));
+  const std::vector<int32_t> seq_ids = {0, 0, 0};
+  const std::vector<int32_t> positions = {3, 16, -1};
+  DeviceBuffer<int32_t> d_seq(3), d_pos(3);
+  test::to_device(d_seq, seq_ids);
+  test::to_device(d_pos, positions);
+  DeviceBuffer<float> d_q(3 * head_dim), d_out(3 * head_dim);
+  M40_CUDA_CHECK(cudaMemset(d_q.get(), 0, d_q.bytes()));
+  AttentionShape shape{1, 1, head_dim, 0.125f};
+  for (const AttentionPlan plan : {AttentionPlan{AttentionKernel::Decode, 1}, AttentionPlan{AttentionKernel::Decode, 2},
+                                   AttentionPlan{AttentionKernel::Prefill, 0}}) {
+    SCOPED_TRACE(describe(plan));
+    M40_CUDA_CHECK(cudaMemset(d_out.get(), 0, d_out.bytes()));
+    detail::attention_with_plan(KvLayer{d_k.get(), d_v.get(), n_ctx, head_dim}, shape, d_q.get(), d_seq.get(),
+                                d_pos.get(), 3, n_ctx, d_out.get(), stream_, plan);
+    const auto out = test::from_device(d_out);
+    for (int d = 0; d < head_dim; ++d) {
+      EXPECT_EQ(out[static_cast<size_t>(d)], 0.0f);  // zero values, zero output
+      EXPECT_TRUE(std::isnan(out[static_cast<size_t>(head_dim + d)]));
+      EXPECT_TRUE(std::isnan(out[static_cast<size_t>(2 * head_dim + d)]));
+    }
+  }
+}
+
+// Shape errors are found before any CUDA call: these run without a GPU.
+TEST(AttentionArguments, ShapeErrorsNameTheProblem) {
+  alignas(16) static float buffer[64];
+  alignas(16) static uint16_t cache[64];
+  const KvLayer layer{cache, cache, 4, 16};
+  EXPECT_THROW(attention(layer, AttentionShape{6, 4, 4, 0.5f}, buffer, nullptr, nullptr, 1, 1, buffer, nullptr),
+               Error);  // 6 heads over 4 KV heads
+  EXPECT_THROW(attention(KvLayer{cache, cache, 4, 12}, AttentionShape{2, 2, 6, 0.5f}, buffer, nullptr, nullptr, 1,
+                         1, buffer, nullptr),
+               Error);  // head_dim not a multiple of 4
+  EXPECT_THROW(attention(layer, AttentionShape{4, 2, 4, 0.5f}, buffer, nullptr, nullptr, 1, 1, buffer, nullptr),
+               Error);  // kv_dim 16 is not 2 x 4
+  EXPECT_THROW(attention(layer, AttentionShape{4, 4, 4, 0.5f}, buffer + 1, nullptr, nullptr, 1, 1, buffer, nullptr),
+               Error);  // q not 16-byte aligned
+  EXPECT_NO_THROW(attention(layer, AttentionShape{4, 4, 4, 0.5f}, buffer, nullptr, nullptr, 0, 1, buffer, nullptr));
+}
+
+}  // namespace
+}  // namespace m40::cuda

@@ -1,0 +1,435 @@
+// The non-matmul layer kernels against their CPU twins (src/backends/cpu),
+// on random inputs, with every output poisoned with NaN before the kernel
+// runs. Bounds per operation:
+//   embed_tokens, kv_append, add_in_place: bit for bit (same decoding and
+//     conversion code on both sides; an IEEE add rounds the same everywhere);
+//   rms_norm: 1e-6 relative (FP32 tree sum against the CPU's double sum);
+//   rope: equal angles (the same repeated product), sincosf against the
+//     host's sin/cos differ by a few ulp: 1e-6 of the inputs' scale;
+//   silu_mul: expf against the host's exp, a couple of ulp: 1e-6 relative.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kv_cache.h"
+#include "backends/cpu/ops.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device.h"
+#include "backends/cuda/layer_kernels.h"
+#include "common/error.h"
+#include "device_buffer.h"
+#include "layer_test_util.h"
+#include "quant/fp16.h"
+#include "quant/random_blocks.h"
+
+namespace m40::cuda {
+namespace {
+
+using gguf::TensorType;
+using test::DeviceBuffer;
+using test::expect_close;
+using test::from_device;
+using test::poison;
+using test::random_floats;
+using test::to_device;
+
+class LayerKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    M40_CUDA_CHECK(cudaStreamCreate(&stream_));
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------
+// embed_tokens
+
+// A table of `rows` rows of `cols` values in `type`, as raw bytes.
+std::vector<uint8_t> random_table(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  const auto& traits = gguf::tensor_type_traits(type);
+  const int64_t values = rows * cols;
+  if (type == TensorType::F32) {
+    const auto f = random_floats(static_cast<size_t>(values), -3.0f, 3.0f, seed);
+    std::vector<uint8_t> bytes(f.size() * 4);
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    return bytes;
+  }
+  if (type == TensorType::F16 || type == TensorType::BF16) {
+    const auto f = random_floats(static_cast<size_t>(values), -3.0f, 3.0f, seed);
+    std::vector<uint8_t> bytes(f.size() * 2);
+    for (size_t i = 0; i < f.size(); ++i) {
+      const uint16_t h = type == TensorType::F16 ? quant::float_to_half(f[i]) : quant::float_to_bf16(f[i]);
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
+    }
+    return bytes;
+  }
+  return test::random_valid_blocks(type, values / traits.block_size, seed);
+}
+
+TEST_F(LayerKernels, EmbedTokensMatchesGetRowBitForBitInEveryType) {
+  std::vector<TensorType> types = {TensorType::F32, TensorType::F16, TensorType::BF16};
+  for (const TensorType t : test::block_types()) types.push_back(t);
+  const int64_t rows = 37;
+  const int64_t cols = 768;  // three 256-value chunks; 24 blocks of 32
+  const std::vector<int32_t> tokens = {0, 36, 5, 5, 17, 1, 30, 36, 2, 11, 0};
+  const int n_tokens = static_cast<int>(tokens.size());
+  for (const TensorType type : types) {
+    SCOPED_TRACE(std::string(gguf::tensor_type_name(type)));
+    const auto& traits = gguf::tensor_type_traits(type);
+    const auto bytes = random_table(type, rows, cols, 7);
+    const uint64_t row_bytes = static_cast<uint64_t>(cols) / traits.block_size * traits.bytes_per_block;
+    ASSERT_EQ(bytes.size(), row_bytes * rows);
+
+    model::WeightView view;
+    view.type = type;
+    view.cols = static_cast<uint64_t>(cols);
+    view.rows = static_cast<uint64_t>(rows);
+    view.row_bytes = row_bytes;
+    view.data = bytes.data();
+    std::vector<float> cpu(static_cast<size_t>(n_tokens * cols));
+    for (int t = 0; t < n_tokens; ++t) cpu::get_row(view, tokens[static_cast<size_t>(t)], cpu.data() + t * cols);
+
+    DeviceBuffer<uint8_t> d_table(bytes.size());
+    DeviceBuffer<int32_t> d_tokens(tokens.size());
+    DeviceBuffer<float> d_out(cpu.size());
+    to_device(d_table, bytes);
+    to_device(d_tokens, tokens);
+    poison(d_out);
+    const DeviceWeight table{type, cols, rows, static_cast<size_t>(row_bytes), d_table.get()};
+    embed_tokens(table, d_tokens.get(), n_tokens, d_out.get(), stream_);
+    const auto gpu = from_device(d_out);
+    EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), cpu.size() * sizeof(float)), 0);
+  }
+}
+
+TEST_F(LayerKernels, EmbedTokensGivesNaNForAnIdOutsideTheTable) {
+  const std::vector<float> table_values = random_floats(4 * 32, -1.0f, 1.0f, 3);
+  const std::vector<int32_t> tokens = {2, 4, -1, 3};
+  DeviceBuffer<float> d_table(table_values.size());
+  DeviceBuffer<int32_t> d_tokens(tokens.size());
+  DeviceBuffer<float> d_out(tokens.size() * 32);
+  to_device(d_table, table_values);
+  to_device(d_tokens, tokens);
+  M40_CUDA_CHECK(cudaMemset(d_out.get(), 0, d_out.bytes()));
+  const DeviceWeight table{TensorType::F32, 32, 4, 32 * sizeof(float), d_table.get()};
+  embed_tokens(table, d_tokens.get(), 4, d_out.get(), stream_);
+  const auto out = from_device(d_out);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(out[static_cast<size_t>(i)], table_values[static_cast<size_t>(2 * 32 + i)]);
+    EXPECT_TRUE(std::isnan(out[static_cast<size_t>(32 + i)]));
+    EXPECT_TRUE(std::isnan(out[static_cast<size_t>(64 + i)]));
+    EXPECT_EQ(out[static_cast<size_t>(96 + i)], table_values[static_cast<size_t>(3 * 32 + i)]);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// rms_norm
+
+void check_rms_norm(cudaStream_t stream, int n_rows, int n, bool in_place, int misalign) {
+  SCOPED_TRACE(std::to_string(n_rows) + " rows of " + std::to_string(n) + (in_place ? ", in place" : "") +
+               (misalign != 0 ? ", unaligned" : ""));
+  const float eps = 1e-5f;
+  const auto x = random_floats(static_cast<size_t>(n_rows) * n, -2.0f, 2.0f, static_cast<uint32_t>(n + n_rows));
+  const auto w = random_floats(static_cast<size_t>(n), 0.5f, 1.5f, static_cast<uint32_t>(n));
+  std::vector<float> cpu(x.size());
+  for (int r = 0; r < n_rows; ++r) {
+    cpu::rms_norm(x.data() + static_cast<int64_t>(r) * n, w.data(), cpu.data() + static_cast<int64_t>(r) * n, n, eps);
+  }
+  // Offsetting every pointer by one float takes the scalar (unaligned) path.
+  DeviceBuffer<float> d_x(x.size() + 1);
+  DeviceBuffer<float> d_w(w.size() + 1);
+  DeviceBuffer<float> d_y(x.size() + 1);
+  poison(d_y);
+  M40_CUDA_CHECK(cudaMemcpy(d_x.get() + misalign, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  M40_CUDA_CHECK(cudaMemcpy(d_w.get() + misalign, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+  float* y = in_place ? d_x.get() + misalign : d_y.get() + misalign;
+  rms_norm(d_x.get() + misalign, d_w.get() + misalign, y, n_rows, n, eps, stream);
+  M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> gpu(x.size());
+  M40_CUDA_CHECK(cudaMemcpy(gpu.data(), y, gpu.size() * 4, cudaMemcpyDeviceToHost));
+  expect_close(gpu, cpu, 1e-6, 1e-30, "rms_norm");
+}
+
+TEST_F(LayerKernels, RmsNormMatchesTheCpu) {
+  check_rms_norm(stream_, 1, 8, false, 0);      // the 2-head test model's n_embd
+  check_rms_norm(stream_, 5, 128, false, 0);
+  check_rms_norm(stream_, 3, 4096, false, 0);
+  check_rms_norm(stream_, 2, 5120, false, 0);
+  check_rms_norm(stream_, 300, 4096, false, 0);  // a prefill batch
+  check_rms_norm(stream_, 4, 4095, false, 0);    // not a multiple of 4: scalar path
+  check_rms_norm(stream_, 4, 4096, false, 1);    // unaligned pointers: scalar path
+  check_rms_norm(stream_, 7, 4096, true, 0);     // y == x
+  check_rms_norm(stream_, 7, 100, true, 1);
+}
+
+// ---------------------------------------------------------------------------
+// rope
+
+struct RopeCase {
+  int head_dim;
+  int n_rot;
+  bool neox;
+  bool freq_factors;
+  float freq_base;
+  float freq_scale;
+  int n_heads;
+  int row_stride;
+};
+
+void check_rope(cudaStream_t stream, const RopeCase& c) {
+  SCOPED_TRACE("head_dim " + std::to_string(c.head_dim) + ", n_rot " + std::to_string(c.n_rot) +
+               (c.neox ? ", neox" : ", normal") + (c.freq_factors ? ", freq factors" : "") + ", base " +
+               std::to_string(c.freq_base) + ", scale " + std::to_string(c.freq_scale));
+  // Positions: zero, small, large, the end of a 32k context, unsorted.
+  const std::vector<int32_t> positions = {0, 1, 7, 4095, 31, 32767, 12345, 2, 100000, 511};
+  const int n_tokens = static_cast<int>(positions.size());
+  const auto x = random_floats(static_cast<size_t>(n_tokens) * c.row_stride, -1.0f, 1.0f, 11);
+  std::vector<float> factors = random_floats(static_cast<size_t>(c.n_rot / 2), 1.0f, 8.0f, 5);
+
+  cpu::RopeParams p;
+  p.head_dim = c.head_dim;
+  p.n_rot = c.n_rot;
+  p.freq_base = c.freq_base;
+  p.freq_scale = c.freq_scale;
+  p.style = c.neox ? model::RopeStyle::NeoX : model::RopeStyle::Normal;
+  p.freq_factors = c.freq_factors ? factors.data() : nullptr;
+  std::vector<float> cpu = x;
+  for (int t = 0; t < n_tokens; ++t) {
+    cpu::rope(cpu.data() + static_cast<int64_t>(t) * c.row_stride, c.n_heads, positions[static_cast<size_t>(t)], p);
+  }
+
+  DeviceBuffer<float> d_x(x.size());
+  DeviceBuffer<int32_t> d_pos(positions.size());
+  DeviceBuffer<float> d_factors(factors.size());
+  to_device(d_x, x);
+  to_device(d_pos, positions);
+  to_device(d_factors, factors);
+  RopeConfig config;
+  config.head_dim = c.head_dim;
+  config.n_rot = c.n_rot;
+  config.freq_base = c.freq_base;
+  config.freq_scale = c.freq_scale;
+  config.neox = c.neox;
+  config.freq_factors = c.freq_factors ? d_factors.get() : nullptr;
+  rope(d_x.get(), n_tokens, c.n_heads, c.row_stride, d_pos.get(), config, stream);
+  // Inputs in [-1, 1]: a few ulp of 1 is ~3e-7. Values past the heads (a
+  // fused row's tail) and past n_rot must come back untouched.
+  expect_close(from_device(d_x), cpu, 1e-6, 1e-6, "rope");
+}
+
+TEST_F(LayerKernels, RopeMatchesTheCpu) {
+  check_rope(stream_, {128, 128, false, false, 10000.0f, 1.0f, 8, 8 * 128});
+  check_rope(stream_, {128, 128, true, false, 1000000.0f, 1.0f, 8, 8 * 128});
+  check_rope(stream_, {128, 128, false, true, 500000.0f, 1.0f, 32, 32 * 128});  // Llama 3.1 rope_freqs
+  check_rope(stream_, {64, 32, false, false, 10000.0f, 0.25f, 4, 4 * 64});      // partial rotation, linear scaling
+  check_rope(stream_, {64, 32, true, true, 10000.0f, 0.5f, 4, 4 * 64});
+  check_rope(stream_, {16, 16, false, false, 10000.0f, 1.0f, 8, 8 * 16 + 2 * 4 * 16});  // Q of a fused QKV row
+  check_rope(stream_, {4, 4, false, false, 10000.0f, 1.0f, 2, 2 * 4});                  // the 2-head test model
+  check_rope(stream_, {4, 4, true, false, 10000.0f, 1.0f, 2, 6 * 4});
+  check_rope(stream_, {256, 256, true, false, 10000.0f, 1.0f, 2, 2 * 256});
+}
+
+TEST(LayerKernelArguments, RopeRejectsAnOddOrOversizedRotation) {
+  RopeConfig config;
+  config.head_dim = 64;
+  config.n_rot = 63;
+  EXPECT_THROW(rope(nullptr, 1, 1, 64, nullptr, config, nullptr), Error);
+  config.n_rot = 66;
+  EXPECT_THROW(rope(nullptr, 1, 1, 64, nullptr, config, nullptr), Error);
+  config.n_rot = 64;
+  EXPECT_THROW(rope(nullptr, 1, 2, 64, nullptr, config, nullptr), Error);  // two heads in a row of one
+}
+
+// ---------------------------------------------------------------------------
+// silu_mul, add_in_place
+
+void check_silu_mul(cudaStream_t stream, int64_t n, int misalign, bool in_place) {
+  SCOPED_TRACE(std::to_string(n) + " values" + (misalign != 0 ? ", unaligned" : "") + (in_place ? ", in place" : ""));
+  const auto gate = random_floats(static_cast<size_t>(n), -12.0f, 12.0f, 21);
+  const auto up = random_floats(static_cast<size_t>(n), -2.0f, 2.0f, 22);
+  std::vector<float> cpu(static_cast<size_t>(n));
+  cpu::silu_mul(gate.data(), up.data(), cpu.data(), n);
+  DeviceBuffer<float> d_gate(gate.size() + 1);
+  DeviceBuffer<float> d_up(up.size() + 1);
+  DeviceBuffer<float> d_out(gate.size() + 1);
+  poison(d_out);
+  M40_CUDA_CHECK(cudaMemcpy(d_gate.get() + misalign, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice));
+  M40_CUDA_CHECK(cudaMemcpy(d_up.get() + misalign, up.data(), up.size() * 4, cudaMemcpyHostToDevice));
+  float* out = in_place ? d_gate.get() + misalign : d_out.get() + misalign;
+  silu_mul(d_gate.get() + misalign, d_up.get() + misalign, out, n, stream);
+  M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> gpu(static_cast<size_t>(n));
+  M40_CUDA_CHECK(cudaMemcpy(gpu.data(), out, gpu.size() * 4, cudaMemcpyDeviceToHost));
+  expect_close(gpu, cpu, 1e-6, 1e-30, "silu_mul");
+}
+
+TEST_F(LayerKernels, SiluMulMatchesTheCpu) {
+  check_silu_mul(stream_, 11008 * 3, 0, false);
+  check_silu_mul(stream_, 1000003, 0, false);  // more than one pass of the grid, scalar tail
+  check_silu_mul(stream_, 14336, 1, false);
+  check_silu_mul(stream_, 14336, 0, true);
+  check_silu_mul(stream_, 7, 0, false);
+}
+
+void check_add(cudaStream_t stream, int64_t n, int misalign) {
+  SCOPED_TRACE(std::to_string(n) + " values" + (misalign != 0 ? ", unaligned" : ""));
+  const auto y = random_floats(static_cast<size_t>(n), -5.0f, 5.0f, 31);
+  const auto x = random_floats(static_cast<size_t>(n), -5.0f, 5.0f, 32);
+  std::vector<float> cpu(y);
+  for (size_t i = 0; i < cpu.size(); ++i) cpu[i] += x[i];
+  DeviceBuffer<float> d_y(y.size() + 1);
+  DeviceBuffer<float> d_x(x.size() + 1);
+  M40_CUDA_CHECK(cudaMemcpy(d_y.get() + misalign, y.data(), y.size() * 4, cudaMemcpyHostToDevice));
+  M40_CUDA_CHECK(cudaMemcpy(d_x.get() + misalign, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  add_in_place(d_y.get() + misalign, d_x.get() + misalign, n, stream);
+  M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> gpu(static_cast<size_t>(n));
+  M40_CUDA_CHECK(cudaMemcpy(gpu.data(), d_y.get() + misalign, gpu.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), cpu.size() * 4), 0);
+}
+
+TEST_F(LayerKernels, AddInPlaceIsExact) {
+  check_add(stream_, 4096 * 7, 0);
+  check_add(stream_, 2000001, 0);
+  check_add(stream_, 4096, 1);
+  check_add(stream_, 5, 0);
+}
+
+TEST(LayerKernelArguments, NegativeCountsAreErrors) {
+  EXPECT_THROW(silu_mul(nullptr, nullptr, nullptr, -1, nullptr), Error);
+  EXPECT_THROW(add_in_place(nullptr, nullptr, -1, nullptr), Error);
+  EXPECT_THROW(rms_norm(nullptr, nullptr, nullptr, 1, 0, 1e-5f, nullptr), Error);
+  EXPECT_NO_THROW(silu_mul(nullptr, nullptr, nullptr, 0, nullptr));  // nothing to launch
+}
+
+// ---------------------------------------------------------------------------
+// kv_append
+
+void check_kv_append(cudaStream_t stream, int n_seq, int n_ctx, int kv_dim) {
+  SCOPED_TRACE(std::to_string(n_seq) + " sequences x " + std::to_string(n_ctx) + " positions x kv_dim " +
+               std::to_string(kv_dim));
+  // Distinct (sequence, position) slots in a shuffled order, as a mixed batch
+  // of prefill chunks and decode tokens would send them.
+  std::vector<int32_t> seq_ids, positions;
+  std::mt19937 rng(41);
+  for (int s = 0; s < n_seq; ++s) {
+    for (int p = 0; p < n_ctx; ++p) {
+      if (rng() % 3 != 0 || p == n_ctx - 1) {
+        seq_ids.push_back(s);
+        positions.push_back(p);
+      }
+    }
+  }
+  std::vector<size_t> order(seq_ids.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int32_t> s2, p2;
+  for (const size_t i : order) {
+    s2.push_back(seq_ids[i]);
+    p2.push_back(positions[i]);
+  }
+  seq_ids.swap(s2);
+  positions.swap(p2);
+  const int n_tokens = static_cast<int>(seq_ids.size());
+
+  // Values across the half range: ordinary, subnormal in half, overflowing
+  // to inf, ties to even.
+  auto k = random_floats(static_cast<size_t>(n_tokens) * kv_dim, -4.0f, 4.0f, 42);
+  auto v = random_floats(static_cast<size_t>(n_tokens) * kv_dim, -4.0f, 4.0f, 43);
+  for (size_t i = 0; i < k.size(); i += 7) k[i] *= 1e-6f;
+  for (size_t i = 3; i < k.size(); i += 101) k[i] = 70000.0f;
+  for (size_t i = 5; i < v.size(); i += 13) v[i] = 1.0f + 1.0f / 2048.0f;  // halfway between two halves
+
+  cpu::KvCache cache(1, n_seq, n_ctx, kv_dim, backend::KvType::F16);
+  for (int t = 0; t < n_tokens; ++t) {
+    cache.store(0, seq_ids[static_cast<size_t>(t)], positions[static_cast<size_t>(t)],
+                k.data() + static_cast<int64_t>(t) * kv_dim, v.data() + static_cast<int64_t>(t) * kv_dim);
+  }
+
+  const size_t cache_values = static_cast<size_t>(n_seq) * n_ctx * kv_dim;
+  DeviceBuffer<uint16_t> d_k_cache(cache_values), d_v_cache(cache_values);
+  DeviceBuffer<float> d_k(k.size()), d_v(v.size());
+  DeviceBuffer<int32_t> d_seq(seq_ids.size()), d_pos(positions.size());
+  poison(d_k_cache);
+  poison(d_v_cache);
+  to_device(d_k, k);
+  to_device(d_v, v);
+  to_device(d_seq, seq_ids);
+  to_device(d_pos, positions);
+  kv_append(KvLayer{d_k_cache.get(), d_v_cache.get(), n_ctx, kv_dim}, d_k.get(), d_v.get(), d_seq.get(),
+            d_pos.get(), n_tokens, stream);
+  const auto gpu_k = from_device(d_k_cache);
+  const auto gpu_v = from_device(d_v_cache);
+
+  // Stored slots: the CPU's bits. Others: still the poison (no stray writes).
+  std::vector<bool> stored(static_cast<size_t>(n_seq) * n_ctx, false);
+  for (int t = 0; t < n_tokens; ++t) {
+    stored[static_cast<size_t>(seq_ids[static_cast<size_t>(t)]) * n_ctx + positions[static_cast<size_t>(t)]] = true;
+  }
+  int64_t mismatches = 0;
+  for (int s = 0; s < n_seq; ++s) {
+    const uint16_t* cpu_k = cache.keys<uint16_t>(0, s);
+    const uint16_t* cpu_v = cache.values<uint16_t>(0, s);
+    for (int p = 0; p < n_ctx; ++p) {
+      const bool here = stored[static_cast<size_t>(s) * n_ctx + p];
+      for (int d = 0; d < kv_dim; ++d) {
+        const size_t i = (static_cast<size_t>(s) * n_ctx + p) * kv_dim + d;
+        const size_t local = static_cast<size_t>(p) * kv_dim + d;
+        const uint16_t want_k = here ? cpu_k[local] : uint16_t{0xffff};
+        const uint16_t want_v = here ? cpu_v[local] : uint16_t{0xffff};
+        if ((gpu_k[i] != want_k || gpu_v[i] != want_v) && ++mismatches <= 5) {
+          ADD_FAILURE() << "seq " << s << " pos " << p << " dim " << d << ": GPU " << gpu_k[i] << "/" << gpu_v[i]
+                        << ", expected " << want_k << "/" << want_v;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST_F(LayerKernels, KvAppendStoresTheCpuHalvesBitForBit) {
+  check_kv_append(stream_, 3, 64, 2 * 128);  // float4 path
+  check_kv_append(stream_, 2, 50, 4 * 16);
+  check_kv_append(stream_, 2, 33, 2 * 4);    // the 2-head test model
+  check_kv_append(stream_, 2, 17, 6);        // kv_dim not a multiple of 4: scalar path
+}
+
+TEST_F(LayerKernels, KvAppendSkipsPositionsOutsideTheContext) {
+  const int n_ctx = 4, kv_dim = 8;
+  const std::vector<int32_t> seq_ids = {0, 0, 0};
+  const std::vector<int32_t> positions = {-1, 4, 1};
+  const auto k = random_floats(3 * kv_dim, -1.0f, 1.0f, 1);
+  DeviceBuffer<uint16_t> d_k_cache(n_ctx * kv_dim), d_v_cache(n_ctx * kv_dim);
+  DeviceBuffer<float> d_k(k.size());
+  DeviceBuffer<int32_t> d_seq(3), d_pos(3);
+  poison(d_k_cache);
+  poison(d_v_cache);
+  to_device(d_k, k);
+  to_device(d_seq, seq_ids);
+  to_device(d_pos, positions);
+  kv_append(KvLayer{d_k_cache.get(), d_v_cache.get(), n_ctx, kv_dim}, d_k.get(), d_k.get(), d_seq.get(),
+            d_pos.get(), 3, stream_);
+  const auto out = from_device(d_k_cache);
+  for (int p = 0; p < n_ctx; ++p) {
+    for (int d = 0; d < kv_dim; ++d) {
+      const uint16_t want = p == 1 ? quant::float_to_half(k[static_cast<size_t>(2 * kv_dim + d)]) : uint16_t{0xffff};
+      EXPECT_EQ(out[static_cast<size_t>(p * kv_dim + d)], want) << "pos " << p << " dim " << d;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace m40::cuda
