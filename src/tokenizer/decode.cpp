@@ -48,7 +48,7 @@ void Vocab::Impl::build_pieces() {
     if (t.attr & (kAttrSpecialText | kAttrUserDefined)) {
       piece = t.text;
     } else if (t.attr & kAttrNormal) {
-      if (kind == VocabKind::kSpm) {
+      if (kind != VocabKind::kBpe) {  // SPM and WordPiece write spaces as ▁
         piece = t.text;
         replace_all(piece, "\xE2\x96\x81", " ");
       } else {

@@ -123,16 +123,13 @@ uint16_t attr_of_type(int32_t type) {
 
 // Tokenizer models llama.cpp knows that this project does not implement yet.
 std::string unsupported_model_message(const std::string& model) {
-  if (model == "bert") {
-    return "WordPiece vocabularies (tokenizer.ggml.model = \"bert\") are not supported yet; "
-           "only \"llama\" (SentencePiece) and \"gpt2\" (byte-level BPE)";
-  }
   if (model == "t5") return "Unigram vocabularies (tokenizer.ggml.model = \"t5\") are not supported yet";
   if (model == "rwkv" || model == "plamo2" || model == "gemma4" || model == "hybriddna" || model == "whitespace") {
-    return "tokenizer.ggml.model = \"" + model + "\" is not supported yet; only \"llama\" and \"gpt2\"";
+    return "tokenizer.ggml.model = \"" + model + "\" is not supported yet; only \"llama\", \"gpt2\" and \"bert\"";
   }
   if (model == "no_vocab" || model == "none") return "this model has no vocabulary (tokenizer.ggml.model = \"" + model + "\")";
-  return "unknown tokenizer.ggml.model \"" + model + "\"; supported: \"llama\" (SentencePiece), \"gpt2\" (byte-level BPE)";
+  return "unknown tokenizer.ggml.model \"" + model +
+         "\"; supported: \"llama\" (SentencePiece), \"gpt2\" (byte-level BPE), \"bert\" (WordPiece)";
 }
 
 // Token texts that mark the end of a turn or of generation; llama.cpp finds
@@ -220,6 +217,22 @@ Vocab Vocab::from_metadata(const Metadata& md) {
     v.add_bos = flavour->add_bos.value_or(false);
     v.add_eos = false;
     if (flavour->no_default_bos) v.special.bos = kNoToken;
+  } else if (v.model_name == "bert") {
+    v.kind = VocabKind::kWpm;
+    v.special.bos = 101;  // [CLS]
+    v.special.unk = 100;
+    v.special.sep = 102;
+    v.special.pad = 0;
+    v.special.mask = 103;
+    v.add_space_prefix = false;
+    v.clean_spaces = true;
+    v.add_bos = true;
+    v.add_eos = false;
+    v.add_sep = true;
+    v.pre_name = pre.value_or("default");  // WordPiece has no regex pre-tokenizer: ignored
+    if (auto lower = optional_bool(md, "tokenizer.ggml.normalizer.lowercase")) v.wpm_lowercase = *lower;
+    v.wpm_strip_accents = v.wpm_lowercase;
+    if (auto strip = optional_bool(md, "tokenizer.ggml.normalizer.strip_accents")) v.wpm_strip_accents = *strip;
   } else {
     throw TokenizerError(unsupported_model_message(v.model_name));
   }
@@ -254,6 +267,7 @@ Vocab Vocab::from_metadata(const Metadata& md) {
     t.score = scores.empty() ? 0.0f : scores[i];
     t.type = types.empty() ? TokenType::kNormal : static_cast<TokenType>(types[i]);
     t.attr = types.empty() ? uint16_t{kAttrNormal} : attr_of_type(types[i]);
+    v.max_token_len = std::max(v.max_token_len, t.text.size());
   }
 
   std::vector<std::string> merges;
@@ -295,6 +309,10 @@ Vocab Vocab::from_metadata(const Metadata& md) {
   }
   if (v.add_eos && v.special.eos == kNoToken) {
     throw TokenizerError("tokenizer.ggml.add_eos_token is true but the vocabulary has no EOS token");
+  }
+  if (auto s = optional_bool(md, "tokenizer.ggml.add_sep_token"); s && v.kind == VocabKind::kWpm) v.add_sep = *s;
+  if (v.kind == VocabKind::kWpm && (v.special.unk == kNoToken || (v.add_sep && v.special.sep == kNoToken))) {
+    throw TokenizerError("WordPiece vocabulary without an UNK or a SEP token");
   }
 
   // End of turn / generation by name; such tokens are control tokens even
@@ -341,7 +359,7 @@ Vocab Vocab::from_metadata(const Metadata& md) {
   v.build_pieces();
   if (v.kind == VocabKind::kSpm) {
     v.build_spm();
-  } else {
+  } else if (v.kind == VocabKind::kBpe) {
     v.pre_tokenizer = std::make_unique<PreTokenizer>(*flavour);
     v.build_bpe(merges);
   }
@@ -351,6 +369,8 @@ Vocab Vocab::from_metadata(const Metadata& md) {
   if (vocab.impl_->kind == VocabKind::kSpm) {
     vocab.impl_->special.newline = vocab.impl_->spm.byte_token['\n'];
     if (vocab.impl_->special.newline == kNoToken) vocab.impl_->special.newline = vocab.impl_->special.pad;
+  } else if (vocab.impl_->kind == VocabKind::kWpm) {
+    vocab.impl_->special.newline = vocab.impl_->special.pad;  // as llama.cpp
   } else {
     const std::vector<TokenId> ids = vocab.encode("\n", {.add_special = false, .parse_special = false});
     vocab.impl_->special.newline = ids.empty() ? vocab.impl_->special.pad : ids[0];
@@ -400,6 +420,7 @@ size_t Vocab::merge_count() const { return impl_->bpe.merge_count; }
 const SpecialTokens& Vocab::special() const { return impl_->special; }
 bool Vocab::add_bos() const { return impl_->add_bos; }
 bool Vocab::add_eos() const { return impl_->add_eos; }
+bool Vocab::add_sep() const { return impl_->add_sep; }
 bool Vocab::add_space_prefix() const { return impl_->add_space_prefix; }
 bool Vocab::clean_spaces() const { return impl_->clean_spaces; }
 
@@ -452,12 +473,15 @@ void Vocab::encode(std::string_view raw_text, const EncodeOptions& options, std:
     for (const Fragment& f : fragments) {
       if (f.token != kNoToken) {
         out.push_back(f.token);
-      } else {
+      } else if (v.kind == VocabKind::kBpe) {
         v.encode_bpe(text.substr(f.begin, f.end - f.begin), out);
+      } else {
+        v.encode_wpm(text.substr(f.begin, f.end - f.begin), out);
       }
     }
   }
   if (options.add_special && v.add_eos) out.push_back(v.special.eos);
+  if (options.add_special && v.add_sep) out.push_back(v.special.sep);
 }
 
 }  // namespace m40::tokenizer

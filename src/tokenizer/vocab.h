@@ -38,6 +38,7 @@ std::string_view token_type_name(TokenType type);
 enum class VocabKind {
   kSpm,  // "llama": SentencePiece BPE by score, byte fallback, ▁ for spaces
   kBpe,  // "gpt2": byte-level BPE by merge rank after a regex pre-tokenizer
+  kWpm,  // "bert": WordPiece, greedy longest match per word after BERT's normalization
 };
 
 // Special token ids; kNoToken where the vocabulary has none.
@@ -55,7 +56,8 @@ struct SpecialTokens {
 
 struct EncodeOptions {
   // Add BOS / EOS as the vocabulary asks (tokenizer.ggml.add_bos_token,
-  // add_eos_token, or llama.cpp's defaults for the model family).
+  // add_eos_token, or llama.cpp's defaults for the model family); WordPiece:
+  // [CLS] before and [SEP] after.
   bool add_special = true;
   // Text such as "<|im_start|>" or "<s>" becomes that one control token.
   // Off: it is tokenized as ordinary text. (User-defined tokens are always
@@ -103,6 +105,7 @@ class Vocab {
   const SpecialTokens& special() const;
   bool add_bos() const;
   bool add_eos() const;
+  bool add_sep() const;  // WordPiece: [SEP] at the end
   bool add_space_prefix() const;
   bool clean_spaces() const;
 

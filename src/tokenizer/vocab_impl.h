@@ -142,6 +142,10 @@ struct Vocab::Impl {
   bool add_space_prefix = false;
   bool clean_spaces = false;
   bool ignore_merges = false;
+  bool add_sep = false;            // WordPiece: [SEP] at the end
+  bool wpm_lowercase = true;       // tokenizer.ggml.normalizer.lowercase
+  bool wpm_strip_accents = true;   // tokenizer.ggml.normalizer.strip_accents
+  size_t max_token_len = 0;        // bytes
 
   // Tokens matched whole in the text (control, user-defined, unknown), longest
   // first, and a trie of their texts.
@@ -169,6 +173,8 @@ struct Vocab::Impl {
   // bpe.cpp
   void build_bpe(const std::vector<std::string>& merges);
   void encode_bpe(std::string_view text, std::vector<TokenId>& out) const;
+  // wpm.cpp
+  void encode_wpm(std::string_view text, std::vector<TokenId>& out) const;
   // decode.cpp
   void build_pieces();
 };

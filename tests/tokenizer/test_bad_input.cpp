@@ -18,8 +18,8 @@
 namespace m40::tokenizer {
 namespace {
 
-const char* const kVocabs[] = {"llama-spm", "phi-3", "deepseek-coder", "deepseek-llm", "falcon",
-                               "gpt-2",     "mpt",   "refact",         "starcoder"};
+const char* const kVocabs[] = {"llama-spm", "phi-3",  "deepseek-coder", "deepseek-llm", "falcon",
+                               "gpt-2",     "mpt",    "refact",         "starcoder",    "bert-bge"};
 
 std::vector<std::unique_ptr<Vocab>> present_vocabs(std::vector<std::string>* names = nullptr) {
   std::vector<std::unique_ptr<Vocab>> vocabs;
@@ -80,6 +80,7 @@ TEST(BadInput, EmptyText) {
     std::vector<TokenId> with_special;
     if (vocab.add_bos()) with_special.push_back(vocab.special().bos);
     if (vocab.add_eos()) with_special.push_back(vocab.special().eos);
+    if (vocab.add_sep()) with_special.push_back(vocab.special().sep);
     EXPECT_EQ(vocab.encode(""), with_special) << names[v];
     EXPECT_EQ(vocab.decode({}), "");
     StreamingDetokenizer d(vocab);
@@ -145,9 +146,13 @@ TEST(BadInput, MegabyteStringsStayFast) {
       ASSERT_NO_THROW(ids = vocabs[v]->encode(text, {.add_special = false, .parse_special = true})) << names[v] << ": " << what;
       const double encode_s = seconds_since(t0);
       EXPECT_LT(encode_s, 10.0) << names[v] << ": " << what;
-      EXPECT_FALSE(ids.empty());
+      // (WordPiece drops whitespace and control characters entirely.)
+      if (vocabs[v]->kind() != VocabKind::kWpm) {
+        EXPECT_FALSE(ids.empty()) << names[v] << ": " << what;
+      }
       if (std::getenv("M40_TOKENIZER_TIMES") != nullptr) std::printf("%-14s %-34s %6.3f s\n", names[v].c_str(), what, encode_s);
       if (text == random_bytes) continue;  // not text: replaced characters do not come back
+      if (vocabs[v]->kind() == VocabKind::kWpm) continue;  // WordPiece normalizes the text
       // SPM puts its space prefix after each special token.
       if (vocabs[v]->kind() == VocabKind::kSpm && text.find("<s>") != std::string::npos) continue;
       std::string back;

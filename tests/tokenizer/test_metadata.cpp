@@ -142,7 +142,7 @@ TEST(Metadata, MalformedVocabulariesAreRefused) {
   expect_error(md, "BOS");
 
   md = tiny_spm();
-  md.set("tokenizer.ggml.model", "bert");
+  md.set("tokenizer.ggml.model", "t5");
   expect_error(md, "not supported yet");
 }
 
