@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -69,51 +70,71 @@ class Attention : public ::testing::Test {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
-  // Fills a cache of n_seq x n_ctx with random K/V (through the CPU's store),
-  // runs the batch on the CPU and through every kernel plan, and compares.
+  // A cache of n_seq x n_ctx random K/V rows (stored through the CPU's
+  // store), its bytes on the GPU, and a batch of random queries.
+  struct Problem {
+    Problem(const Heads& h, int n_seq_, int n_ctx_, int n_tokens_)
+        : heads(h), n_seq(n_seq_), n_ctx(n_ctx_), n_tokens(n_tokens_), kv_dim(h.n_head_kv * h.head_dim),
+          q_dim(h.n_head * h.head_dim), cache(1, n_seq_, n_ctx_, kv_dim, backend::KvType::F16),
+          d_k(static_cast<size_t>(n_seq_) * n_ctx_ * kv_dim), d_v(static_cast<size_t>(n_seq_) * n_ctx_ * kv_dim),
+          d_q(static_cast<size_t>(n_tokens_) * q_dim), d_out(static_cast<size_t>(n_tokens_) * q_dim),
+          d_seq(static_cast<size_t>(n_tokens_)), d_pos(static_cast<size_t>(n_tokens_)) {}
+
+    // The CPU's answer for the batch (seq_ids, positions), uploading both.
+    std::vector<float> reference(const std::vector<int32_t>& seq_ids, const std::vector<int32_t>& positions) {
+      test::to_device(d_seq, seq_ids);
+      test::to_device(d_pos, positions);
+      std::vector<float> out(q.size());
+      cpu::attention(cache, 0, cpu::AttentionShape{heads.n_head, heads.n_head_kv, heads.head_dim}, q.data(),
+                     seq_ids.data(), positions.data(), n_tokens, out.data(), pool());
+      return out;
+    }
+
+    KvLayer layer() const { return KvLayer{d_k.get(), d_v.get(), n_ctx, kv_dim}; }
+    AttentionShape shape() const {
+      return AttentionShape{heads.n_head, heads.n_head_kv, heads.head_dim,
+                            1.0f / std::sqrt(static_cast<float>(heads.head_dim))};
+    }
+
+    Heads heads;
+    int n_seq, n_ctx, n_tokens, kv_dim, q_dim;
+    cpu::KvCache cache;
+    std::vector<float> q;
+    DeviceBuffer<uint16_t> d_k, d_v;
+    DeviceBuffer<float> d_q, d_out;
+    DeviceBuffer<int32_t> d_seq, d_pos;
+  };
+
+  static std::unique_ptr<Problem> prepare(const Heads& heads, int n_seq, int n_ctx, int n_tokens, float q_scale) {
+    auto p = std::make_unique<Problem>(heads, n_seq, n_ctx, n_tokens);
+    std::mt19937 rng(static_cast<uint32_t>(n_ctx * 31 + p->kv_dim));
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    std::vector<float> k(static_cast<size_t>(p->kv_dim)), v(static_cast<size_t>(p->kv_dim));
+    for (int s = 0; s < n_seq; ++s) {
+      for (int pos = 0; pos < n_ctx; ++pos) {
+        for (auto& x : k) x = unit(rng);
+        for (auto& x : v) x = unit(rng);
+        p->cache.store(0, s, pos, k.data(), v.data());
+      }
+    }
+    p->q.resize(static_cast<size_t>(n_tokens) * p->q_dim);
+    for (auto& x : p->q) x = q_scale * unit(rng);
+    M40_CUDA_CHECK(cudaMemcpy(p->d_k.get(), p->cache.keys<uint16_t>(0, 0), p->d_k.bytes(), cudaMemcpyHostToDevice));
+    M40_CUDA_CHECK(cudaMemcpy(p->d_v.get(), p->cache.values<uint16_t>(0, 0), p->d_v.bytes(), cudaMemcpyHostToDevice));
+    test::to_device(p->d_q, p->q);
+    return p;
+  }
+
+  // Runs the batch on the CPU and through every kernel plan, and compares.
   void check(const Heads& heads, int n_seq, int n_ctx, const std::vector<int32_t>& seq_ids,
              const std::vector<int32_t>& positions, float q_scale = 1.0f) {
     const int n_tokens = static_cast<int>(seq_ids.size());
-    const int kv_dim = heads.n_head_kv * heads.head_dim;
-    const int q_dim = heads.n_head * heads.head_dim;
     int max_positions = 1;
-    for (const int32_t p : positions) max_positions = std::max(max_positions, p + 1);
+    for (const int32_t pos : positions) max_positions = std::max(max_positions, pos + 1);
     SCOPED_TRACE(describe(heads) + ", " + std::to_string(n_tokens) + " tokens, max position " +
                  std::to_string(max_positions - 1) + " of " + std::to_string(n_ctx));
-
-    cpu::KvCache cache(1, n_seq, n_ctx, kv_dim, backend::KvType::F16);
-    std::mt19937 rng(static_cast<uint32_t>(n_ctx * 31 + kv_dim));
-    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-    std::vector<float> k(static_cast<size_t>(kv_dim)), v(static_cast<size_t>(kv_dim));
-    for (int s = 0; s < n_seq; ++s) {
-      for (int p = 0; p < n_ctx; ++p) {
-        for (auto& x : k) x = unit(rng);
-        for (auto& x : v) x = unit(rng);
-        cache.store(0, s, p, k.data(), v.data());
-      }
-    }
-    std::vector<float> q(static_cast<size_t>(n_tokens) * q_dim);
-    for (auto& x : q) x = q_scale * unit(rng);
-
-    std::vector<float> cpu_out(q.size());
-    cpu::attention(cache, 0, cpu::AttentionShape{heads.n_head, heads.n_head_kv, heads.head_dim}, q.data(),
-                   seq_ids.data(), positions.data(), n_tokens, cpu_out.data(), pool());
-
-    const size_t cache_values = static_cast<size_t>(n_seq) * n_ctx * kv_dim;
-    DeviceBuffer<uint16_t> d_k(cache_values), d_v(cache_values);
-    DeviceBuffer<float> d_q(q.size()), d_out(q.size());
-    DeviceBuffer<int32_t> d_seq(seq_ids.size()), d_pos(positions.size());
-    M40_CUDA_CHECK(cudaMemcpy(d_k.get(), cache.keys<uint16_t>(0, 0), d_k.bytes(), cudaMemcpyHostToDevice));
-    M40_CUDA_CHECK(cudaMemcpy(d_v.get(), cache.values<uint16_t>(0, 0), d_v.bytes(), cudaMemcpyHostToDevice));
-    test::to_device(d_q, q);
-    test::to_device(d_seq, seq_ids);
-    test::to_device(d_pos, positions);
-    const KvLayer layer{d_k.get(), d_v.get(), n_ctx, kv_dim};
-    AttentionShape shape;
-    shape.n_head = heads.n_head;
-    shape.n_head_kv = heads.n_head_kv;
-    shape.head_dim = heads.head_dim;
-    shape.scale = 1.0f / std::sqrt(static_cast<float>(heads.head_dim));
+    auto p = prepare(heads, n_seq, n_ctx, n_tokens, q_scale);
+    const std::vector<float> cpu_out = p->reference(seq_ids, positions);
 
     const AttentionPlan plans[] = {
         {AttentionKernel::Auto, 0},
@@ -124,11 +145,11 @@ class Attention : public ::testing::Test {
     };
     for (const AttentionPlan& plan : plans) {
       SCOPED_TRACE(describe(plan));
-      test::poison(d_out);
-      detail::attention_with_plan(layer, shape, d_q.get(), d_seq.get(), d_pos.get(), n_tokens, max_positions,
-                                  d_out.get(), stream_, plan);
+      test::poison(p->d_out);
+      detail::attention_with_plan(p->layer(), p->shape(), p->d_q.get(), p->d_seq.get(), p->d_pos.get(), n_tokens,
+                                  max_positions, p->d_out.get(), stream_, plan);
       M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      test::expect_close(test::from_device(d_out), cpu_out, 1e-5, 1e-5, "attention");
+      test::expect_close(test::from_device(p->d_out), cpu_out, 1e-5, 1e-5, "attention");
     }
   }
 
@@ -221,6 +242,42 @@ TEST_F(Attention, PeakedSoftmax) {
   std::vector<int32_t> positions(64);
   std::iota(positions.begin(), positions.end(), 2000);
   check({8, 2, 128}, 1, 2600, std::vector<int32_t>(64, 0), positions, 8.0f);
+}
+
+// The CUDA backend replays decode steps from a graph captured once per batch
+// size, with the attention sized for the whole context and the positions read
+// from the device: the split's scratch becomes allocation nodes of the graph,
+// and each replay must follow the positions it finds.
+TEST_F(Attention, DecodeCapturedInAGraphFollowsThePositionsAtReplay) {
+  const int n_ctx = 3000;
+  auto p = prepare(Heads{8, 2, 128}, 3, n_ctx, 3, 1.0f);
+  const std::vector<int32_t> seq_ids = {2, 0, 1};
+  cudaGraph_t graph = nullptr;
+  M40_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    attention(p->layer(), p->shape(), p->d_q.get(), p->d_seq.get(), p->d_pos.get(), 3, n_ctx, p->d_out.get(),
+              stream_);
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    throw;
+  }
+  M40_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t status = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  M40_CUDA_CHECK(status);
+  for (const std::vector<int32_t>& positions :
+       {std::vector<int32_t>{10, 2999, 500}, std::vector<int32_t>{11, 0, 2048}, std::vector<int32_t>{1700, 1, 63}}) {
+    SCOPED_TRACE("positions " + std::to_string(positions[0]) + ", " + std::to_string(positions[1]) + ", " +
+                 std::to_string(positions[2]));
+    const std::vector<float> cpu_out = p->reference(seq_ids, positions);
+    test::poison(p->d_out);
+    M40_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    test::expect_close(test::from_device(p->d_out), cpu_out, 1e-5, 1e-5, "attention");
+  }
+  M40_CUDA_CHECK(cudaGraphExecDestroy(exec));
 }
 
 TEST_F(Attention, PositionsOutsideTheContextGiveNaN) {

@@ -686,10 +686,14 @@ int multiprocessor_count() {
 }
 
 // Split scratch comes from the device's stream-ordered memory pool, so that
-// concurrent streams never share it and CUDA graphs can capture it. The pool
-// keeps up to 64 MiB cached between steps instead of returning it to the
-// driver at every synchronization. Devices without memory pools do not split.
-bool scratch_pool_ready() {
+// concurrent streams never share it and CUDA graphs can capture it (as
+// allocation nodes). Outside a capture, the first call raises the default
+// pool's release threshold to 64 MiB, so that the scratch stays cached
+// between steps instead of going back to the driver at every
+// synchronization. It is called on every decode launch, so the engine's
+// first (uncaptured) prefill does it. Devices without memory pools do not
+// split.
+bool scratch_pool_ready(cudaStream_t stream) {
   static std::mutex mutex;
   static std::vector<int> state;  // per device: 0 unknown, 1 ready, 2 unsupported
   int device = 0;
@@ -700,8 +704,12 @@ bool scratch_pool_ready() {
   if (s == 0) {
     int supported = 0;
     M40_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
-    s = 2;
-    if (supported != 0) {
+    if (supported == 0) {
+      s = 2;
+    } else {
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      M40_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+      if (capture != cudaStreamCaptureStatusNone) return true;  // configure the pool later
       cudaMemPool_t pool = nullptr;
       M40_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
       uint64_t threshold = 0;
@@ -797,7 +805,7 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
     per_split = ceil_div(ceil_div(max_positions, splits), kSplitGranule) * kSplitGranule;
   }
   splits = ceil_div(max_positions, per_split);
-  if (splits > 1 && !scratch_pool_ready()) {
+  if (!scratch_pool_ready(stream)) {
     splits = 1;
     per_split = max_positions;
   }
