@@ -42,7 +42,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-TEST(BadInput, InvalidUtf8IsReadAsReplacementCharacters) {
+TEST(TokenizerBadInput, InvalidUtf8IsReadAsReplacementCharacters) {
   std::vector<std::string> names;
   const auto vocabs = present_vocabs(&names);
   if (vocabs.empty()) GTEST_SKIP();
@@ -70,7 +70,7 @@ TEST(BadInput, InvalidUtf8IsReadAsReplacementCharacters) {
   }
 }
 
-TEST(BadInput, EmptyText) {
+TEST(TokenizerBadInput, EmptyText) {
   std::vector<std::string> names;
   const auto vocabs = present_vocabs(&names);
   if (vocabs.empty()) GTEST_SKIP();
@@ -88,7 +88,7 @@ TEST(BadInput, EmptyText) {
   }
 }
 
-TEST(BadInput, SpecialTokenTextIsTextUnlessAskedFor) {
+TEST(TokenizerBadInput, SpecialTokenTextIsTextUnlessAskedFor) {
   if (!std::filesystem::exists(test::vocab_path("llama-spm")) || !std::filesystem::exists(test::vocab_path("gpt-2"))) {
     GTEST_SKIP();
   }
@@ -108,7 +108,7 @@ TEST(BadInput, SpecialTokenTextIsTextUnlessAskedFor) {
             bpe.encode("<|endoftext|endoftext|>", {.parse_special = false}));
 }
 
-TEST(BadInput, UserDefinedTokensAreAlwaysMatchedWhole) {
+TEST(TokenizerBadInput, UserDefinedTokensAreAlwaysMatchedWhole) {
   if (!std::filesystem::exists(test::vocab_path("mpt"))) GTEST_SKIP();
   // The neox vocabulary has runs of spaces as user-defined tokens.
   const Vocab mpt = Vocab::from_file(test::vocab_path("mpt").string());
@@ -120,7 +120,7 @@ TEST(BadInput, UserDefinedTokensAreAlwaysMatchedWhole) {
 // Megabyte inputs of every shape that could make a tokenizer quadratic must
 // finish in seconds (a quadratic one takes hours), for every vocabulary, and
 // give the text back.
-TEST(BadInput, MegabyteStringsStayFast) {
+TEST(TokenizerBadInput, MegabyteStringsStayFast) {
   std::vector<std::string> names;
   const auto vocabs = present_vocabs(&names);
   if (vocabs.empty()) GTEST_SKIP();
@@ -165,7 +165,7 @@ TEST(BadInput, MegabyteStringsStayFast) {
 }
 
 // Every flavour of the table, not only the ones with test vocabularies.
-TEST(BadInput, EveryPreTokenizerFlavourIsLinearOnMegabyteStrings) {
+TEST(TokenizerBadInput, EveryPreTokenizerFlavourIsLinearOnMegabyteStrings) {
   const std::string inputs[] = {
       repeat("a", 1 << 20),       repeat("A", 1 << 20),           repeat("aB", 1 << 20), repeat(" ", 1 << 20) + "\x01",
       repeat("\r\n", 1 << 20),    repeat("1", 1 << 20),           repeat("我", 1 << 20), repeat("é", 1 << 20),
@@ -186,7 +186,7 @@ TEST(BadInput, EveryPreTokenizerFlavourIsLinearOnMegabyteStrings) {
 
 // The merge loop has two implementations (array rescan for short words, a
 // priority queue for long ones); they must agree everywhere.
-TEST(BadInput, ShortAndLongWordMergesAgree) {
+TEST(TokenizerBadInput, ShortAndLongWordMergesAgree) {
   std::vector<std::string> names;
   const auto vocabs = present_vocabs(&names);
   if (vocabs.empty()) GTEST_SKIP();

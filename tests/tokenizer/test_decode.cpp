@@ -11,7 +11,7 @@
 namespace m40::tokenizer {
 namespace {
 
-class Decode : public testing::Test {
+class TokenizerDecode : public testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (std::filesystem::exists(test::vocab_path("llama-spm"))) {
@@ -51,7 +51,7 @@ class Decode : public testing::Test {
   static inline Vocab* bpe_ = nullptr;
 };
 
-TEST_F(Decode, PiecesOfSpmTokens) {
+TEST_F(TokenizerDecode, PiecesOfSpmTokens) {
   EXPECT_EQ(spm().piece(15043), " Hello");  // ▁Hello
   EXPECT_EQ(spm().piece(13), "\n");         // <0x0A>
   EXPECT_EQ(spm().piece(243), "\xF0");      // <0xF0>: a byte, not a character
@@ -60,7 +60,7 @@ TEST_F(Decode, PiecesOfSpmTokens) {
   EXPECT_EQ(spm().piece(0, true), "<unk>");
 }
 
-TEST_F(Decode, PiecesOfByteLevelTokens) {
+TEST_F(TokenizerDecode, PiecesOfByteLevelTokens) {
   EXPECT_EQ(bpe().piece(198), "\n");                // Ċ
   EXPECT_EQ(bpe().piece(*bpe().find("Ġworld")), " world");
   EXPECT_EQ(bpe().piece(*bpe().find("Ã©")), "\xC3\xA9");  // é
@@ -68,7 +68,7 @@ TEST_F(Decode, PiecesOfByteLevelTokens) {
   EXPECT_EQ(bpe().piece(50256, true), "<|endoftext|>");
 }
 
-TEST_F(Decode, SpmLeadingSpaceAsLlamaCpp) {
+TEST_F(TokenizerDecode, SpmLeadingSpaceAsLlamaCpp) {
   // Without BOS the space the tokenizer put before the first word goes; after
   // a BOS llama_detokenize keeps it (and so does the reference full_text).
   EXPECT_EQ(spm().decode(std::vector<TokenId>{15043, 3186}), "Hello world");
@@ -78,14 +78,14 @@ TEST_F(Decode, SpmLeadingSpaceAsLlamaCpp) {
   EXPECT_EQ(spm().decode(std::vector<TokenId>{}), "");
 }
 
-TEST_F(Decode, BpeCleansSpacesAroundPunctuation) {
+TEST_F(TokenizerDecode, BpeCleansSpacesAroundPunctuation) {
   const std::string text = "Hello , world ! It 's ' quoted ' , isn 't it ?";
   const auto ids = bpe().encode(text);
   EXPECT_EQ(bpe().decode(ids), "Hello, world! It's'quoted ', isn 't it?");
   EXPECT_EQ(stream(bpe(), ids), text);  // streaming text is the pieces as they are
 }
 
-TEST_F(Decode, StreamingHoldsBackACharacterSplitAcrossTokens) {
+TEST_F(TokenizerDecode, StreamingHoldsBackACharacterSplitAcrossTokens) {
   // 🦙 is not in the Llama vocabulary: ▁ and four byte tokens.
   const auto ids = spm().encode("🦙", {.add_special = false});
   ASSERT_EQ(ids, (std::vector<TokenId>{29871, 243, 162, 169, 156}));
@@ -100,13 +100,13 @@ TEST_F(Decode, StreamingHoldsBackACharacterSplitAcrossTokens) {
   EXPECT_EQ(d.flush(), "");
 }
 
-TEST_F(Decode, StreamingByteLevelBpe) {
+TEST_F(TokenizerDecode, StreamingByteLevelBpe) {
   for (const std::string text : {"🦙 llamas", "Äpfel, Führer, 我想在apple工作, ✅", "\xE0\xB8\x81\xE0\xB8\xB2"}) {
     EXPECT_EQ(stream(bpe(), bpe().encode(text)), text);
   }
 }
 
-TEST_F(Decode, StreamingLeadingSpace) {
+TEST_F(TokenizerDecode, StreamingLeadingSpace) {
   const std::vector<TokenId> hello{1, 15043, 3186};  // <s> ▁Hello ▁world
   EXPECT_EQ(stream(spm(), hello), "Hello world");     // dropped after BOS too
   EXPECT_EQ(stream(spm(), {15043, 3186}), "Hello world");
@@ -115,7 +115,7 @@ TEST_F(Decode, StreamingLeadingSpace) {
   EXPECT_EQ(stream(bpe(), bpe().encode(" Hello")), " Hello");  // byte-level BPE adds no space
 }
 
-TEST_F(Decode, StreamingReplacesBytesThatCanNeverFormACharacter) {
+TEST_F(TokenizerDecode, StreamingReplacesBytesThatCanNeverFormACharacter) {
   const TokenId xff = *spm().find("<0xFF>");
   const TokenId xe2 = *spm().find("<0xE2>");
   const TokenId x82 = *spm().find("<0x82>");
@@ -132,7 +132,7 @@ TEST_F(Decode, StreamingReplacesBytesThatCanNeverFormACharacter) {
   EXPECT_EQ(d.push(*spm().find("<0xA0>")), "\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate: never valid
 }
 
-TEST_F(Decode, OutOfRangeIdsAreClearErrors) {
+TEST_F(TokenizerDecode, OutOfRangeIdsAreClearErrors) {
   const TokenId n = static_cast<TokenId>(spm().size());
   for (TokenId bad : {-1, n, n + 1000, INT32_MAX}) {
     EXPECT_THROW(spm().piece(bad), TokenizerError) << bad;

@@ -43,7 +43,7 @@ Metadata tiny_spm() {
   return md;
 }
 
-TEST(Metadata, SpmMergesTheBestScoringPairFirst) {
+TEST(TokenizerMetadata, SpmMergesTheBestScoringPairFirst) {
   const Vocab v = Vocab::from_metadata(tiny_spm());
   EXPECT_EQ(v.kind(), VocabKind::kSpm);
   EXPECT_EQ(v.special().bos, 1);  // llama.cpp's defaults: BOS 1, EOS 2, UNK 0
@@ -58,7 +58,7 @@ TEST(Metadata, SpmMergesTheBestScoringPairFirst) {
   EXPECT_EQ(v.encode("a"), (std::vector<TokenId>{1, 9}));
 }
 
-TEST(Metadata, SpmEqualScoresMergeLeftmostFirst) {
+TEST(TokenizerMetadata, SpmEqualScoresMergeLeftmostFirst) {
   Metadata md = tiny_spm();
   md.set("tokenizer.ggml.tokens", strings({"<unk>", "<s>", "</s>", "▁", "a", "b", "c", "ab", "bc", "▁a", "▁ab", "xyz"}));
   md.set("tokenizer.ggml.scores", floats({0, 0, 0, -1, -2, -2, -2, -3, -3, -9, -9, -9}));
@@ -80,7 +80,7 @@ Metadata tiny_bpe() {
   return md;
 }
 
-TEST(Metadata, BpeMergesByRank) {
+TEST(TokenizerMetadata, BpeMergesByRank) {
   const Vocab v = Vocab::from_metadata(tiny_bpe());
   EXPECT_EQ(v.kind(), VocabKind::kBpe);
   EXPECT_EQ(v.merge_count(), 4u);
@@ -102,7 +102,7 @@ void expect_error(const Metadata& md, const std::string& fragment) {
   }
 }
 
-TEST(Metadata, MalformedVocabulariesAreRefused) {
+TEST(TokenizerMetadata, MalformedVocabulariesAreRefused) {
   Metadata md = tiny_spm();
   md.erase("tokenizer.ggml.tokens");
   expect_error(md, "tokenizer.ggml.tokens");
@@ -146,7 +146,7 @@ TEST(Metadata, MalformedVocabulariesAreRefused) {
   expect_error(md, "not supported yet");
 }
 
-TEST(Metadata, OutOfRangeSpecialIdsAreIgnoredWithAWarning) {
+TEST(TokenizerMetadata, OutOfRangeSpecialIdsAreIgnoredWithAWarning) {
   Metadata md = tiny_spm();
   md.set("tokenizer.ggml.eos_token_id", Value(uint32_t{999}));
   md.set("tokenizer.ggml.padding_token_id", Value(uint32_t{3}));
@@ -157,7 +157,7 @@ TEST(Metadata, OutOfRangeSpecialIdsAreIgnoredWithAWarning) {
   EXPECT_NE(v.warnings()[0].find("eos_token_id"), std::string::npos);
 }
 
-TEST(Metadata, EmptyTokensGetPlaceholders) {
+TEST(TokenizerMetadata, EmptyTokensGetPlaceholders) {
   Metadata md = tiny_spm();
   md.set("tokenizer.ggml.tokens", strings({"<unk>", "<s>", "</s>", "", "a", "b", "c", "ab", "bc", "▁a", "▁ab", "abc"}));
   const Vocab v = Vocab::from_metadata(md);

@@ -25,7 +25,7 @@ std::string hex(std::string_view bytes) {
   return s;
 }
 
-TEST(ReferencePrompts, TokenizeAsLlamaCppDid) {
+TEST(TokenizerReference, TokenizeAsLlamaCppDid) {
   const fs::path reference = m40::test::shared_dir() / "reference";
   if (!fs::exists(reference)) GTEST_SKIP() << reference << " is not present";
   std::map<std::string, std::unique_ptr<Vocab>> vocabs;
@@ -65,7 +65,7 @@ TEST(ReferencePrompts, TokenizeAsLlamaCppDid) {
 
 // The greedy continuations' text: generated ids alone decode with the
 // leading space dropped; prompt + generated (BOS first) keep it.
-TEST(ReferencePrompts, DecodeAsLlamaCppDid) {
+TEST(TokenizerReference, DecodeAsLlamaCppDid) {
   const fs::path reference = m40::test::shared_dir() / "reference";
   if (!fs::exists(reference)) GTEST_SKIP() << reference << " is not present";
   size_t checked = 0;

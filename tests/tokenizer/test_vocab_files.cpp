@@ -20,7 +20,7 @@ using test::printable;
 using test::read_vocab_cases;
 using test::vocab_path;
 
-class VocabFiles : public testing::TestWithParam<const char*> {
+class TokenizerVocabFiles : public testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(vocab_path(GetParam()))) GTEST_SKIP() << vocab_path(GetParam()) << " is not present";
@@ -32,7 +32,7 @@ class VocabFiles : public testing::TestWithParam<const char*> {
   std::unique_ptr<Vocab> vocab_;
 };
 
-TEST_P(VocabFiles, EveryCaseTokenizesLikeLlamaCpp) {
+TEST_P(TokenizerVocabFiles, EveryCaseTokenizesLikeLlamaCpp) {
   size_t passed = 0;
   for (const auto& c : cases_) {
     const std::vector<TokenId> ids = vocab_->encode(c.text, {.add_special = false, .parse_special = false});
@@ -47,7 +47,7 @@ TEST_P(VocabFiles, EveryCaseTokenizesLikeLlamaCpp) {
   RecordProperty("cases_passed", std::to_string(passed) + "/" + std::to_string(cases_.size()));
 }
 
-TEST_P(VocabFiles, StreamingDetokenizerGivesTheTextBack) {
+TEST_P(TokenizerVocabFiles, StreamingDetokenizerGivesTheTextBack) {
   if (vocab_->kind() == VocabKind::kWpm) GTEST_SKIP() << "WordPiece normalizes: lowercase, no accents, no space runs";
   for (const auto& c : cases_) {
     StreamingDetokenizer stream(*vocab_);
@@ -58,7 +58,7 @@ TEST_P(VocabFiles, StreamingDetokenizerGivesTheTextBack) {
   }
 }
 
-TEST_P(VocabFiles, DecodeGivesTheTextBackWhereTheVocabularyDoesNotCleanSpaces) {
+TEST_P(TokenizerVocabFiles, DecodeGivesTheTextBackWhereTheVocabularyDoesNotCleanSpaces) {
   if (vocab_->clean_spaces()) GTEST_SKIP() << GetParam() << " tidies spaces around punctuation when decoding";
   for (const auto& c : cases_) {
     EXPECT_EQ(printable(vocab_->decode(c.expected)), printable(c.text)) << GetParam();
@@ -66,7 +66,7 @@ TEST_P(VocabFiles, DecodeGivesTheTextBackWhereTheVocabularyDoesNotCleanSpaces) {
 }
 
 // One Vocab, many threads at once (as llama.cpp's test-tokenizer-0 does).
-TEST_P(VocabFiles, ConcurrentEncodingGivesTheSameIds) {
+TEST_P(TokenizerVocabFiles, ConcurrentEncodingGivesTheSameIds) {
   std::vector<std::thread> threads;
   std::atomic<int> mismatches{0};
   for (int t = 0; t < 4; ++t) {
@@ -82,7 +82,7 @@ TEST_P(VocabFiles, ConcurrentEncodingGivesTheSameIds) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
-TEST_P(VocabFiles, BosIsAddedAsTheVocabularySays) {
+TEST_P(TokenizerVocabFiles, BosIsAddedAsTheVocabularySays) {
   const std::vector<TokenId> ids = vocab_->encode("Hello world");
   const std::vector<TokenId> bare = vocab_->encode("Hello world", {.add_special = false});
   std::vector<TokenId> expected = bare;
@@ -92,7 +92,7 @@ TEST_P(VocabFiles, BosIsAddedAsTheVocabularySays) {
   EXPECT_EQ(ids, expected);
 }
 
-INSTANTIATE_TEST_SUITE_P(LlamaCpp, VocabFiles,
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, TokenizerVocabFiles,
                          testing::Values("llama-spm", "phi-3", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "mpt",
                                          "refact", "starcoder", "bert-bge", "qwen2", "llama-bpe", "command-r"),
                          [](const testing::TestParamInfo<const char*>& param_info) {
@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(LlamaCpp, VocabFiles,
                            return name;
                          });
 
-TEST(VocabFiles, WordPieceAddsClsAndSepAndDecodes) {
+TEST(TokenizerVocabFiles, WordPieceAddsClsAndSepAndDecodes) {
   const auto path = vocab_path("bert-bge");
   if (!std::filesystem::exists(path)) GTEST_SKIP();
   const Vocab v = Vocab::from_file(path.string());
@@ -119,7 +119,7 @@ TEST(VocabFiles, WordPieceAddsClsAndSepAndDecodes) {
             v.encode("fuhrer apfel", {.add_special = false}));  // accents stripped, lowercased
 }
 
-TEST(VocabFiles, MetadataOfTheLlamaVocabulary) {
+TEST(TokenizerVocabFiles, MetadataOfTheLlamaVocabulary) {
   const auto path = vocab_path("llama-spm");
   if (!std::filesystem::exists(path)) GTEST_SKIP();
   const Vocab v = Vocab::from_file(path.string());
@@ -138,7 +138,7 @@ TEST(VocabFiles, MetadataOfTheLlamaVocabulary) {
   EXPECT_EQ(v.find("▁Hello"), std::optional<TokenId>(15043));
 }
 
-TEST(VocabFiles, MetadataOfTheGpt2Vocabulary) {
+TEST(TokenizerVocabFiles, MetadataOfTheGpt2Vocabulary) {
   const auto path = vocab_path("gpt-2");
   if (!std::filesystem::exists(path)) GTEST_SKIP();
   const Vocab v = Vocab::from_file(path.string());
