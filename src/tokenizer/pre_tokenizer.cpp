@@ -128,22 +128,43 @@ std::vector<PreTokenizerFlavour> make_flavours() {
 constexpr std::string_view kWhiteSpaceClassBody =
     R"re(\t\n\x0B\f\r\x20\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})re";
 
-// One thread's PCRE2 state: a match context with a JIT stack large enough
-// for backtracking over megabyte-long words.
+// One thread's PCRE2 state: a match context with a JIT stack. Backtracking
+// over a long word (tekken's lookahead groups take ~40 bytes of stack per
+// character) can need more than the default 32 KiB: the stack starts at 1 MiB
+// and grows eightfold, up to 1 GiB, each time PCRE2 runs out.
 struct ThreadMatchState {
+  static constexpr size_t kFirstStack = size_t{1} << 20;
+  static constexpr size_t kLargestStack = size_t{1} << 30;
   pcre2_match_context* context = nullptr;
   pcre2_jit_stack* jit_stack = nullptr;
+  size_t stack_size = 0;
+
   ThreadMatchState() {
     context = pcre2_match_context_create(nullptr);
-    jit_stack = pcre2_jit_stack_create(64 * 1024, 256 * 1024 * 1024, nullptr);
-    if (context != nullptr && jit_stack != nullptr) pcre2_jit_stack_assign(context, nullptr, jit_stack);
+    if (context == nullptr) throw TokenizerError("out of memory for a PCRE2 match context");
+    // The default limit (10 million steps) stops e.g. `\s*[\r\n]+` on 16 MiB
+    // of spaces; the table's regexes are linear, so no step limit.
+    pcre2_set_match_limit(context, UINT32_MAX);
+    set_stack(kFirstStack);
   }
   ~ThreadMatchState() {
     if (jit_stack != nullptr) pcre2_jit_stack_free(jit_stack);
-    if (context != nullptr) pcre2_match_context_free(context);
+    pcre2_match_context_free(context);
   }
   ThreadMatchState(const ThreadMatchState&) = delete;
   ThreadMatchState& operator=(const ThreadMatchState&) = delete;
+
+  bool set_stack(size_t size) {
+    pcre2_jit_stack* bigger = pcre2_jit_stack_create(32 * 1024, size, nullptr);
+    if (bigger == nullptr) return false;
+    if (jit_stack != nullptr) pcre2_jit_stack_free(jit_stack);
+    jit_stack = bigger;
+    stack_size = size;
+    pcre2_jit_stack_assign(context, nullptr, jit_stack);
+    return true;
+  }
+  // After PCRE2_ERROR_JIT_STACKLIMIT: whether a larger stack is in place.
+  bool grow_stack() { return stack_size < kLargestStack && set_stack(stack_size * 8); }
 };
 
 ThreadMatchState& thread_match_state() {
@@ -298,6 +319,7 @@ void PreTokenizer::split(std::string_view text, std::vector<Span>& words) const 
           position += utf8::lead_length(static_cast<uint8_t>(text[piece.begin + position]));
           continue;
         }
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && state.grow_stack()) continue;  // the same match again
         if (rc < 0) {
           pcre2_match_data_free(match);
           throw TokenizerError("pre-tokenizer '" + std::string(flavour_->name) + "': PCRE2 gave up on a " +
