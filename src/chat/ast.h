@@ -209,10 +209,20 @@ struct SetBlockStmt : Stmt {
   Body body;
 };
 
+// A macro's parameters, and which of the special names its body reads:
+// extra positional arguments are an error unless it reads `varargs`, extra
+// keyword arguments unless it reads `kwargs`, a call block unless `caller`.
+struct MacroSignature {
+  std::vector<MacroParam> params;
+  bool catch_varargs = false;
+  bool catch_kwargs = false;
+  bool catch_caller = false;
+};
+
 struct MacroStmt : Stmt {
   explicit MacroStmt(int l) : Stmt(Kind::Macro, l) {}
   std::string name;
-  std::vector<MacroParam> params;
+  MacroSignature signature;
   Body body;
 };
 
@@ -220,7 +230,7 @@ struct MacroStmt : Stmt {
 struct CallBlockStmt : Stmt {
   explicit CallBlockStmt(int l) : Stmt(Kind::CallBlock, l) {}
   ExprPtr call;  // a CallExpr
-  std::vector<MacroParam> params;
+  MacroSignature signature;  // of the caller() the body becomes
   Body body;
 };
 

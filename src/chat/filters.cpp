@@ -23,6 +23,22 @@ using TestFn = bool (*)(Interpreter&, const Value&, CallArgs&);
 
 std::string soft_str(const Value& v) { return str(v); }
 
+int64_t int_param(const Value& v, const char* what) {
+  if (!v.is_integral()) {
+    throw Failure(std::string(what) + ": '" + type_name(v) + "' object cannot be interpreted as an integer");
+  }
+  return v.as_integral();
+}
+
+// A key made of digits as an int index, when it fits in one.
+Value digits_key(const std::string& part) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(part.c_str(), &end, 10);
+  if (errno == ERANGE || end != part.c_str() + part.size()) return Value(part);
+  return Value(static_cast<int64_t>(v));
+}
+
 Value call_method(Interpreter& in, const Value& object, const std::string& name, std::vector<Value> args) {
   CallArgs a;
   a.positional = std::move(args);
@@ -40,7 +56,7 @@ Value lookup_path(const Value& item, const Value& attribute) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    v = digits ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
+    v = get_item(v, digits ? digits_key(part) : Value(part));
     if (dot == std::string::npos) return v;
     start = dot + 1;
   }
@@ -340,7 +356,7 @@ Value f_int(Interpreter&, const Value& v, CallArgs& a) {
     return Value(static_cast<int64_t>(std::trunc(d)));
   }
   if (v.is_string()) {
-    const int64_t base = b.has(1) ? b.get(1).as_integral() : 10;
+    const int64_t base = b.has(1) ? int_param(b.get(1), "int() base") : 10;
     int64_t out = 0;
     if (parse_python_int(v.as_string(), base, out)) return Value(out);
     bool ok = false;
@@ -489,7 +505,7 @@ Value f_reverse(Interpreter& in, const Value& v, CallArgs& a) {
 
 Value f_round(Interpreter&, const Value& v, CallArgs& a) {
   BoundArgs b("round", a, {"precision", "method"});
-  const int64_t precision = b.has(0) ? b.get(0).as_integral() : 0;
+  const int64_t precision = b.has(0) ? int_param(b.get(0), "round() precision") : 0;
   const std::string method = str(b.get_or(1, Value("common")));
   if (method != "common" && method != "ceil" && method != "floor") {
     throw Failure("method must be common, ceil or floor");
@@ -601,10 +617,10 @@ Value f_trim(Interpreter& in, const Value& v, CallArgs& a) {
 Value f_truncate(Interpreter&, const Value& v, CallArgs& a) {
   BoundArgs b("truncate", a, {"length", "killwords", "end", "leeway"});
   const std::string s = soft_str(v);
-  const int64_t length = b.has(0) ? b.get(0).as_integral() : 255;
+  const int64_t length = b.has(0) ? int_param(b.get(0), "truncate() length") : 255;
   const bool killwords = truthy(b.get_or(1, Value(false)));
   const std::string end = str(b.get_or(2, Value("...")));
-  const int64_t leeway = b.has(3) && !b.get(3).is_none() ? b.get(3).as_integral() : 5;
+  const int64_t leeway = b.has(3) && !b.get(3).is_none() ? int_param(b.get(3), "truncate() leeway") : 5;
   const auto end_len = static_cast<int64_t>(unicode::length(end));
   if (length < end_len) throw Failure("expected length >= " + std::to_string(end_len) + ", got " + std::to_string(length));
   if (leeway < 0) throw Failure("expected leeway >= 0, got " + std::to_string(leeway));

@@ -1,5 +1,6 @@
 #include "chat/format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -495,7 +496,11 @@ std::string brace_format(const std::string& format, const CallArgs& args) {
       if (head.empty()) {
         index = auto_index++;
       } else {
-        index = std::stoul(head);
+        index = 0;
+        for (char d : head) {
+          if (d < '0' || d > '9') throw Failure("invalid format field '" + head + "'");
+          index = std::min<size_t>(index * 10 + static_cast<size_t>(d - '0'), SIZE_MAX / 20);
+        }
       }
       if (index >= args.positional.size()) {
         throw Failure("Replacement index " + std::to_string(index) + " out of range for positional args tuple");
@@ -521,7 +526,7 @@ std::string brace_format(const std::string& format, const CallArgs& args) {
         const size_t close = name.find(']', p);
         if (close == std::string::npos) throw Failure("Missing ']' in format string");
         const std::string key = name.substr(p + 1, close - p - 1);
-        bool numeric = !key.empty();
+        bool numeric = !key.empty() && key.size() < 19;
         for (char d : key) numeric = numeric && d >= '0' && d <= '9';
         value = numeric ? get_item(value, Value(static_cast<int64_t>(std::stoll(key)))) : get_item(value, Value(key));
         p = close + 1;

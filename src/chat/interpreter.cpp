@@ -127,6 +127,9 @@ std::string Interpreter::render() {
     throw TemplateRenderError(f.what(), current_line_);
   } catch (const std::bad_alloc&) {
     throw TemplateLimitError("out of memory while rendering", current_line_);
+  } catch (const std::exception& e) {
+    // A library exception that escaped a check: still one clear error.
+    throw TemplateRenderError(std::string("internal error: ") + e.what(), current_line_);
   }
   return out;
 }
@@ -270,7 +273,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, Scope* scope) {
     }
     case Stmt::Kind::Macro: {
       const auto& n = static_cast<const MacroStmt&>(s);
-      scope->set(n.name, make_macro(n.name, &n.params, &n.body, scope));
+      scope->set(n.name, make_macro(n.name, &n.signature, &n.body, scope));
       return Flow::Normal;
     }
     case Stmt::Kind::CallBlock:
@@ -416,11 +419,11 @@ void Interpreter::assign(const Target& target, const Value& value, Scope* scope)
 
 // ------------------------------------------------------------ macros
 
-Value Interpreter::make_macro(const std::string& name, const std::vector<MacroParam>* params, const Body* body,
+Value Interpreter::make_macro(const std::string& name, const MacroSignature* signature, const Body* body,
                               Scope* scope) {
   mark_captured(scope);
-  return Value::function(name, [name, params, body, scope](Interpreter& in, CallArgs& args) -> Value {
-    return in.call_macro(name, *params, *body, scope, args);
+  return Value::function(name, [name, signature, body, scope](Interpreter& in, CallArgs& args) -> Value {
+    return in.call_macro(name, *signature, *body, scope, args);
   });
 }
 
@@ -428,8 +431,12 @@ Value Interpreter::make_macro(const std::string& name, const std::vector<MacroPa
 // defaults (evaluated in the macro's scope, so they may use earlier
 // parameters); extra positional arguments land in `varargs`, extra keyword
 // arguments in `kwargs`, and a call block's body in `caller`.
-Value Interpreter::call_macro(const std::string& name, const std::vector<MacroParam>& params, const Body& body,
+Value Interpreter::call_macro(const std::string& name, const MacroSignature& signature, const Body& body,
                               Scope* scope, CallArgs& args) {
+  const std::vector<MacroParam>& params = signature.params;
+  if (args.positional.size() > params.size() && !signature.catch_varargs) {
+    throw Failure("macro '" + name + "' takes not more than " + std::to_string(params.size()) + " argument(s)");
+  }
   if (++call_depth_ > limits_.max_call_depth) {
     --call_depth_;
     throw TemplateLimitError("macro calls nested deeper than " + std::to_string(limits_.max_call_depth) +
@@ -467,8 +474,13 @@ Value Interpreter::call_macro(const std::string& name, const std::vector<MacroPa
     }
     if (matched) continue;
     if (key == "caller") {
+      if (!signature.catch_caller) {
+        throw Failure("macro '" + name + "' was invoked with two values for the special caller argument. "
+                      "This is most likely a bug.");
+      }
       caller = value;
     } else {
+      if (!signature.catch_kwargs) throw Failure("macro '" + name + "' takes no keyword argument '" + key + "'");
       extra_keyword.set(Value(key), value);
     }
   }
@@ -492,7 +504,7 @@ void Interpreter::exec_call_block(const CallBlockStmt& s, Scope* scope) {
   const auto& call_expr = static_cast<const CallExpr&>(*s.call);
   const Value callee = eval(*call_expr.callee, scope);
   CallArgs args = eval_args(call_expr.args, scope);
-  args.keyword.emplace_back("caller", make_macro("caller", &s.params, &s.body, scope));
+  args.keyword.emplace_back("caller", make_macro("caller", &s.signature, &s.body, scope));
   write(str(this->call(callee, args)));
 }
 

@@ -74,8 +74,8 @@ class Interpreter {
   void exec_for(const ForStmt& s, Scope* scope);
   std::string run_loop(const ForStmt& s, const Value& iterable, Scope* scope, int depth, bool capture);
   void exec_call_block(const CallBlockStmt& s, Scope* scope);
-  Value make_macro(const std::string& name, const std::vector<MacroParam>* params, const Body* body, Scope* scope);
-  Value call_macro(const std::string& name, const std::vector<MacroParam>& params, const Body& body, Scope* scope,
+  Value make_macro(const std::string& name, const MacroSignature* signature, const Body* body, Scope* scope);
+  Value call_macro(const std::string& name, const MacroSignature& signature, const Body& body, Scope* scope,
                    CallArgs& args);
 
   Value eval(const Expr& e, Scope* scope);

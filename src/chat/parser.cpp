@@ -225,6 +225,94 @@ class Parser {
     return s;
   }
 
+  // ------------------------------------------------------------ names a body reads
+
+  static void collect_names(const Expr* e, std::vector<std::string>& names) {
+    if (e == nullptr) return;
+    if (e->kind == Expr::Kind::Name) {
+      names.push_back(static_cast<const NameExpr*>(e)->name);
+      return;
+    }
+    for_each_child(*e, [&](const Expr* child) { collect_names(child, names); });
+  }
+
+  static void collect_names(const std::vector<MacroParam>& params, std::vector<std::string>& names) {
+    for (const auto& p : params) collect_names(p.default_value.get(), names);
+  }
+
+  static void collect_names(const Body& body, std::vector<std::string>& names) {
+    for (const auto& st : body) {
+      const Stmt& s = *st;
+      switch (s.kind) {
+        case Stmt::Kind::Text:
+        case Stmt::Kind::Break:
+        case Stmt::Kind::Continue:
+          break;
+        case Stmt::Kind::Print: collect_names(static_cast<const PrintStmt&>(s).expr.get(), names); break;
+        case Stmt::Kind::If: {
+          const auto& n = static_cast<const IfStmt&>(s);
+          for (const auto& [test, b] : n.branches) {
+            collect_names(test.get(), names);
+            collect_names(b, names);
+          }
+          collect_names(n.else_body, names);
+          break;
+        }
+        case Stmt::Kind::For: {
+          const auto& n = static_cast<const ForStmt&>(s);
+          collect_names(n.iter.get(), names);
+          collect_names(n.filter.get(), names);
+          collect_names(n.body, names);
+          collect_names(n.else_body, names);
+          break;
+        }
+        case Stmt::Kind::Set: collect_names(static_cast<const SetStmt&>(s).value.get(), names); break;
+        case Stmt::Kind::SetBlock: {
+          const auto& n = static_cast<const SetBlockStmt&>(s);
+          collect_names(n.filter.get(), names);
+          collect_names(n.body, names);
+          break;
+        }
+        case Stmt::Kind::Macro: {
+          const auto& n = static_cast<const MacroStmt&>(s);
+          collect_names(n.signature.params, names);
+          collect_names(n.body, names);
+          break;
+        }
+        case Stmt::Kind::CallBlock: {
+          const auto& n = static_cast<const CallBlockStmt&>(s);
+          collect_names(n.call.get(), names);
+          collect_names(n.signature.params, names);
+          collect_names(n.body, names);
+          break;
+        }
+        case Stmt::Kind::FilterBlock: {
+          const auto& n = static_cast<const FilterBlockStmt&>(s);
+          collect_names(n.filter.get(), names);
+          collect_names(n.body, names);
+          break;
+        }
+        case Stmt::Kind::With: {
+          const auto& n = static_cast<const WithStmt&>(s);
+          for (const auto& a : n.assignments) collect_names(a.second.get(), names);
+          collect_names(n.body, names);
+          break;
+        }
+        case Stmt::Kind::Block: collect_names(static_cast<const BlockStmt&>(s).body, names); break;
+      }
+    }
+  }
+
+  static void mark_special_names(MacroSignature& sig, const Body& body) {
+    std::vector<std::string> names;
+    collect_names(body, names);
+    for (const auto& n : names) {
+      sig.catch_varargs = sig.catch_varargs || n == "varargs";
+      sig.catch_kwargs = sig.catch_kwargs || n == "kwargs";
+      sig.catch_caller = sig.catch_caller || n == "caller";
+    }
+  }
+
   std::vector<MacroParam> parse_signature() {
     std::vector<MacroParam> params;
     expect_op("(");
@@ -248,23 +336,25 @@ class Parser {
   StmtPtr parse_macro() {
     auto s = std::make_unique<MacroStmt>(next().line);
     s->name = expect_name();
-    s->params = parse_signature();
+    s->signature.params = parse_signature();
     const int saved = loop_depth_;
     loop_depth_ = 0;
     s->body = parse_statements({"endmacro"}, true);
     loop_depth_ = saved;
+    mark_special_names(s->signature, s->body);
     return s;
   }
 
   StmtPtr parse_call_block() {
     auto s = std::make_unique<CallBlockStmt>(next().line);
-    if (is_op("(")) s->params = parse_signature();
+    if (is_op("(")) s->signature.params = parse_signature();
     s->call = parse_expression(true);
     if (s->call->kind != Expr::Kind::Call) fail_at(cur(), "expected a call after 'call'");
     const int saved = loop_depth_;
     loop_depth_ = 0;
     s->body = parse_statements({"endcall"}, true);
     loop_depth_ = saved;
+    mark_special_names(s->signature, s->body);
     return s;
   }
 
@@ -364,85 +454,92 @@ class Parser {
 
   // ------------------------------------------------------------ expressions
 
-  static int depth_of(const ExprPtr& e) { return e ? e->depth : 0; }
-  static int args_depth(const CallArguments& a) {
-    int d = std::max(depth_of(a.star_args), depth_of(a.star_kwargs));
-    for (const auto& p : a.positional) d = std::max(d, depth_of(p));
-    for (const auto& k : a.keyword) d = std::max(d, depth_of(k.second));
-    return d;
-  }
-
-  // Sets the node's height from its children's and bounds it.
-  template <class T>
-  std::unique_ptr<T> done(std::unique_ptr<T> node) {
-    Expr& e = *node;
-    int d = 0;
+  // Calls f(child) for each direct subexpression of e (null ones included).
+  template <class F>
+  static void for_each_child(const Expr& e, F&& f) {
+    auto args = [&](const CallArguments& a) {
+      for (const auto& p : a.positional) f(p.get());
+      for (const auto& k : a.keyword) f(k.second.get());
+      f(a.star_args.get());
+      f(a.star_kwargs.get());
+    };
     switch (e.kind) {
       case Expr::Kind::Const:
       case Expr::Kind::Name:
         break;
       case Expr::Kind::List:
-        for (const auto& i : static_cast<ListExpr&>(e).items) d = std::max(d, depth_of(i));
+        for (const auto& i : static_cast<const ListExpr&>(e).items) f(i.get());
         break;
       case Expr::Kind::Dict:
-        for (const auto& [k, v] : static_cast<DictExpr&>(e).items) d = std::max({d, depth_of(k), depth_of(v)});
+        for (const auto& [k, v] : static_cast<const DictExpr&>(e).items) {
+          f(k.get());
+          f(v.get());
+        }
         break;
-      case Expr::Kind::Getattr: d = depth_of(static_cast<GetattrExpr&>(e).object); break;
-      case Expr::Kind::Getitem: {
-        auto& n = static_cast<GetitemExpr&>(e);
-        d = std::max(depth_of(n.object), depth_of(n.index));
+      case Expr::Kind::Getattr: f(static_cast<const GetattrExpr&>(e).object.get()); break;
+      case Expr::Kind::Getitem:
+        f(static_cast<const GetitemExpr&>(e).object.get());
+        f(static_cast<const GetitemExpr&>(e).index.get());
         break;
-      }
-      case Expr::Kind::Slice: {
-        auto& n = static_cast<SliceExpr&>(e);
-        d = std::max({depth_of(n.start), depth_of(n.stop), depth_of(n.step)});
+      case Expr::Kind::Slice:
+        f(static_cast<const SliceExpr&>(e).start.get());
+        f(static_cast<const SliceExpr&>(e).stop.get());
+        f(static_cast<const SliceExpr&>(e).step.get());
         break;
-      }
-      case Expr::Kind::Call: {
-        auto& n = static_cast<CallExpr&>(e);
-        d = std::max(depth_of(n.callee), args_depth(n.args));
+      case Expr::Kind::Call:
+        f(static_cast<const CallExpr&>(e).callee.get());
+        args(static_cast<const CallExpr&>(e).args);
         break;
-      }
-      case Expr::Kind::Filter: {
-        auto& n = static_cast<FilterExpr&>(e);
-        d = std::max(depth_of(n.input), args_depth(n.args));
+      case Expr::Kind::Filter:
+        f(static_cast<const FilterExpr&>(e).input.get());
+        args(static_cast<const FilterExpr&>(e).args);
         break;
-      }
-      case Expr::Kind::Test: {
-        auto& n = static_cast<TestExpr&>(e);
-        d = std::max(depth_of(n.input), args_depth(n.args));
+      case Expr::Kind::Test:
+        f(static_cast<const TestExpr&>(e).input.get());
+        args(static_cast<const TestExpr&>(e).args);
         break;
-      }
-      case Expr::Kind::Unary: d = depth_of(static_cast<UnaryExpr&>(e).operand); break;
-      case Expr::Kind::Binary: {
-        auto& n = static_cast<BinaryExpr&>(e);
-        d = std::max(depth_of(n.left), depth_of(n.right));
+      case Expr::Kind::Unary: f(static_cast<const UnaryExpr&>(e).operand.get()); break;
+      case Expr::Kind::Binary:
+        f(static_cast<const BinaryExpr&>(e).left.get());
+        f(static_cast<const BinaryExpr&>(e).right.get());
         break;
-      }
       case Expr::Kind::Concat:
-        for (const auto& p : static_cast<ConcatExpr&>(e).parts) d = std::max(d, depth_of(p));
+        for (const auto& p : static_cast<const ConcatExpr&>(e).parts) f(p.get());
         break;
-      case Expr::Kind::Compare: {
-        auto& n = static_cast<CompareExpr&>(e);
-        d = depth_of(n.first);
-        for (const auto& op : n.ops) d = std::max(d, depth_of(op.second));
+      case Expr::Kind::Compare:
+        f(static_cast<const CompareExpr&>(e).first.get());
+        for (const auto& op : static_cast<const CompareExpr&>(e).ops) f(op.second.get());
         break;
-      }
       case Expr::Kind::And:
-      case Expr::Kind::Or: {
-        auto& n = static_cast<LogicExpr&>(e);
-        d = std::max(depth_of(n.left), depth_of(n.right));
+      case Expr::Kind::Or:
+        f(static_cast<const LogicExpr&>(e).left.get());
+        f(static_cast<const LogicExpr&>(e).right.get());
         break;
-      }
-      case Expr::Kind::Not: d = depth_of(static_cast<NotExpr&>(e).operand); break;
-      case Expr::Kind::Cond: {
-        auto& n = static_cast<CondExpr&>(e);
-        d = std::max({depth_of(n.test), depth_of(n.then_value), depth_of(n.else_value)});
+      case Expr::Kind::Not: f(static_cast<const NotExpr&>(e).operand.get()); break;
+      case Expr::Kind::Cond:
+        f(static_cast<const CondExpr&>(e).test.get());
+        f(static_cast<const CondExpr&>(e).then_value.get());
+        f(static_cast<const CondExpr&>(e).else_value.get());
         break;
-      }
     }
+  }
+
+  // Sets the node's height from its children's and bounds it. Not inlined:
+  // with the node's type known, GCC warns about the casts of other kinds.
+  [[gnu::noinline]] void set_depth(Expr& e) {
+    int d = 0;
+    for_each_child(e, [&](const Expr* child) {
+      if (child != nullptr) d = std::max(d, child->depth);
+    });
     e.depth = d + 1;
-    if (e.depth > kMaxExprDepth) fail("expression nested too deeply (more than " + std::to_string(kMaxExprDepth) + " levels)");
+    if (e.depth > kMaxExprDepth) {
+      fail("expression nested too deeply (more than " + std::to_string(kMaxExprDepth) + " levels)");
+    }
+  }
+
+  template <class T>
+  std::unique_ptr<T> done(std::unique_ptr<T> node) {
+    set_depth(*node);
     return node;
   }
 

@@ -20,11 +20,11 @@ std::string render(const std::string& source, const RenderOptions& options = {})
   return ChatTemplate(source).render(Json::array(), options);
 }
 
-// Runs `source`, expects a TemplateLimitError within a couple of seconds.
+// Runs `source`, expects a TemplateLimitError within seconds (a few in Release, more under sanitizers).
 void expect_limit(const std::string& source, const RenderOptions& options = {}) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(render(source, options), TemplateLimitError) << source;
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0) << source;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0) << source;
 }
 
 TEST(ChatLimits, EndlessMacroRecursion) {
