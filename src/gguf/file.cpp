@@ -254,7 +254,7 @@ void File::parse_all() {
                             std::to_string(data_size) + " bytes (truncated file?)",
                         t.info_offset);
     }
-    by_offset.push_back(&t);
+    if (t.byte_size != 0) by_offset.push_back(&t);  // an empty tensor overlaps nothing (writers share its offset)
   }
   std::sort(by_offset.begin(), by_offset.end(),
             [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });

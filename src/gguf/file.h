@@ -37,7 +37,7 @@ struct TensorInfo {
   uint64_t byte_size = 0;
   uint64_t info_offset = 0;   // where this tensor's info starts in the file
 
-  uint64_t rows() const { return dims.empty() ? 0 : element_count / dims[0]; }
+  uint64_t rows() const { return dims.empty() || dims[0] == 0 ? 0 : element_count / dims[0]; }
 };
 
 class File {

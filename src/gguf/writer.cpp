@@ -107,7 +107,9 @@ void Writer::add_tensor(std::string name, TensorType type, std::vector<uint64_t>
                 std::to_string(bytes.size()));
   }
   add_tensor(std::move(name), type, std::move(dims),
-             [bytes](std::span<uint8_t> out) { std::memcpy(out.data(), bytes.data(), bytes.size()); });
+             [bytes](std::span<uint8_t> out) {
+               if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+             });
 }
 
 uint64_t Writer::tensor_data_bytes() const { return data_size_; }

@@ -135,3 +135,20 @@ TEST(GgufWriter, RewritesSharedModelsByteForByte) {
   }
   EXPECT_GE(count, 20);
 }
+
+// An empty tensor takes no bytes and shares its offset with the next one, as
+// llama.cpp's writer lays it out; the reader must accept that.
+TEST(GgufWriter, EmptyTensorsRoundTrip) {
+  Writer w;
+  std::vector<uint8_t> none;
+  auto data = random_bytes(16, 9);
+  w.add_tensor("empty", TensorType::F32, {0, 3}, none);
+  w.add_tensor("after", TensorType::F32, {4}, data);
+  auto bytes = w.to_bytes();
+  File f = File::parse(bytes);
+  EXPECT_EQ(f.tensor("empty").byte_size, 0u);
+  EXPECT_EQ(f.tensor("empty").rows(), 0u);
+  EXPECT_EQ(f.tensor("empty").offset, f.tensor("after").offset);
+  auto got = f.tensor_data(f.tensor("after"));
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin(), data.end()));
+}
