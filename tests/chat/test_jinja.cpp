@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "chat/chat_template.h"
 
@@ -324,6 +326,28 @@ TEST(ChatJinjaErrors, RenderErrorsGiveTheLine) {
     EXPECT_EQ(e.line(), 2);
     EXPECT_EQ(e.message(), "'NoneType' object is not iterable");
   }
+}
+
+TEST(ChatJinjaThreads, OneTemplateRendersFromManyThreads) {
+  const ChatTemplate tpl(
+      "{%- set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+      "{{ loop.index }}:{{ m.content | upper }};{% endfor %}{{ ns.n }}");
+  std::vector<std::thread> threads;
+  std::vector<std::string> results(8);
+  for (size_t t = 0; t < results.size(); ++t) {
+    threads.emplace_back([&, t] {
+      Json messages = Json::array();
+      for (size_t i = 0; i <= t; ++i) {
+        std::string content = "m";
+        content += std::to_string(i);
+        messages.push_back({{"role", "user"}, {"content", content}});
+      }
+      for (int repeat = 0; repeat < 200; ++repeat) results[t] = tpl.render(messages);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(results[0], "1:M0;1");
+  EXPECT_EQ(results[2], "1:M0;2:M1;3:M2;3");
 }
 
 TEST(ChatJinjaErrors, MessagesMustBeAnArray) {
