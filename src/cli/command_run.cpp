@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 
+#include "chat/model_template.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "engine/backend_factory.h"
@@ -28,6 +29,7 @@ struct RunOptions {
   bool cpu = false;
   bool verbose = false;
   bool ignore_eos = false;
+  bool raw = false;
   std::string kv_type = "f16";
   std::vector<std::string> stop;
   std::string logits_out;
@@ -61,7 +63,20 @@ int run_run(RunOptions o) {
   auto backend = engine::make_backend(*model, bo);
   const double load_seconds = std::chrono::duration<double>(clock::now() - start).count();
 
-  const auto prompt = vocab.encode(o.prompt, {.add_special = true, .parse_special = true});
+  // Like `ollama run`, the prompt is one user message rendered through the
+  // model's chat template (for a model without one, the fallback passes a
+  // lone message through as plain text); --raw tokenizes it as it is.
+  std::vector<int32_t> prompt;
+  if (o.raw) {
+    prompt = vocab.encode(o.prompt, {.add_special = true, .parse_special = true});
+  } else {
+    const auto tpl = chat::model_chat_template(model->file);
+    auto render = tpl.options();
+    render.add_generation_prompt = true;
+    const nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", o.prompt}}});
+    // The rendered text carries BOS where the template wants it.
+    prompt = vocab.encode(tpl.render(messages, render), {.add_special = false, .parse_special = true});
+  }
   engine::GenerationOptions go;
   go.sampler = o.sampler;
   go.sampler.seed = o.seed < 0 ? engine::kRandomSeed : static_cast<uint64_t>(o.seed);
@@ -106,7 +121,8 @@ int run_run(RunOptions o) {
 
 void register_run_command(CLI::App& app) {
   auto opts = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand("run", "Generate a continuation of PROMPT with MODEL, streamed to stdout");
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Answer PROMPT with MODEL, streamed to stdout (the prompt goes through the model's chat template)");
   cmd->add_option("MODEL", opts->model, "GGUF model file")->required()->check(CLI::ExistingFile);
   cmd->add_option("PROMPT", opts->prompt, "The prompt (special tokens such as <s> in it are parsed)")->required();
   auto& s = opts->sampler;
@@ -132,6 +148,7 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: every core)");
   cmd->add_option("--kv-type", opts->kv_type, "KV cache element type: f16 or f32")->capture_default_str();
   cmd->add_flag("--ignore-eos", opts->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("--raw", opts->raw, "Tokenize PROMPT as it is instead of rendering it through the chat template");
   cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
   cmd->add_flag("--verbose", opts->verbose, "Print timings (prompt and generation speed) to stderr afterwards");
   cmd->add_option("--logits-out", opts->logits_out,

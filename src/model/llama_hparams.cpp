@@ -140,8 +140,8 @@ LlamaHparams LlamaHparams::from_metadata(const gguf::Metadata& metadata, const g
   }
   hp.traits = find_architecture(hp.architecture);
   if (hp.traits == nullptr) {
-    throw HparamsError("architecture '" + hp.architecture + "' (general.architecture) is not a llama-family " +
-                       "architecture m40-llm knows (known: " + known_architecture_list() + ")");
+    throw HparamsError("unsupported architecture " + hp.architecture + " (general.architecture): m40-llm knows " +
+                       "the llama family (" + known_architecture_list() + ")");
   }
   const std::string& arch = hp.architecture;
   const KeyReader keys(metadata, arch);

@@ -1,0 +1,102 @@
+// `m40-llm run` and `bench` through the binary, against llama.cpp's reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "binary_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using m40::test::run_binary;
+
+fs::path reference(const std::string& stem) { return m40::test::shared_dir() / "reference" / stem; }
+
+std::vector<float> read_floats(const fs::path& path) {
+  const std::string bytes = m40::test::read_text_file(path);
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+class RunCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(m40::test::shared_model("TinyStories-656K-Q8_0.gguf"))) GTEST_SKIP() << "shared models missing";
+  }
+};
+
+}  // namespace
+
+// The prompt is tokenized as llama.cpp does and the logits of its last
+// position match llama.cpp's F32-cache reference to 1e-3.
+TEST_F(RunCommand, LogitsOutMatchesTheReference) {
+  const fs::path out = fs::path(::testing::TempDir()) / "m40_run_logits.bin";
+  auto r = run_binary({"run", m40::test::shared_model("synthetic/tiny-llama-rand-F32.gguf").string(), "Once upon a time",
+                       "--cpu", "--kv-type", "f32", "-n", "1", "--temperature", "0", "--logits-out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto ours = read_floats(out);
+  const auto ref = read_floats(reference("tiny-llama-rand-F32/variants/kvf32-fa-off/once-upon-a-time.logits.bin"));
+  ASSERT_EQ(ours.size(), ref.size());
+  float worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::abs(ours[i] - ref[i]));
+  EXPECT_LE(worst, 1e-3f);
+  fs::remove(out);
+}
+
+// Greedy output is llama.cpp's continuation, up to the first step whose
+// margin is within the F32 model's logit tolerance (2e-2).
+TEST_F(RunCommand, GreedyTextIsTheReferenceContinuation) {
+  auto greedy = nlohmann::json::parse(
+      m40::test::read_text_file(reference("tiny-llama-rand-F32/the-quick-brown-fox.greedy.json")));
+  std::string expected;
+  for (const auto& step : greedy["steps"]) {
+    if (step["margin_to_2nd"].get<float>() < 2e-2f) break;
+    expected += step["piece"].get<std::string>();
+  }
+  ASSERT_GT(expected.size(), 10u);
+  auto r = run_binary({"run", m40::test::shared_model("synthetic/tiny-llama-rand-F32.gguf").string(),
+                       "The quick brown fox", "--cpu", "--temperature", "0", "-n", "32", "--verbose"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, expected.size()), expected);
+  EXPECT_NE(r.err.find("eval rate:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("prompt eval count:    9 token(s)"), std::string::npos) << r.err;
+}
+
+TEST_F(RunCommand, SeededSamplingRepeatsAndStopStringsCut) {
+  const std::string model = m40::test::shared_model("TinyStories-656K-Q8_0.gguf").string();
+  auto a = run_binary({"run", model, "Once upon a time", "--cpu", "--seed", "42", "-n", "24"});
+  auto b = run_binary({"run", model, "Once upon a time", "--cpu", "--seed", "42", "-n", "24"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  auto full = run_binary({"run", model, "Once upon a time", "--cpu", "--temperature", "0", "-n", "24"});
+  auto cut = run_binary({"run", model, "Once upon a time", "--cpu", "--temperature", "0", "-n", "24", "--stop", "Lily"});
+  ASSERT_NE(full.out.find("Lily"), std::string::npos);
+  EXPECT_EQ(cut.out, full.out.substr(0, full.out.find("Lily")) + "\n");
+}
+
+TEST_F(RunCommand, ErrorsAreOneLineWithExitStatusOne) {
+  const std::string model = m40::test::shared_model("TinyStories-656K-Q8_0.gguf").string();
+  auto too_long = run_binary({"run", model, "Once upon a time there was a dog", "--cpu", "--ctx", "4"});
+  EXPECT_EQ(too_long.exit_code, 1);
+  EXPECT_NE(too_long.err.find("context holds 4"), std::string::npos) << too_long.err;
+  auto vocab_only = run_binary({"run", m40::test::shared_model("vocab/ggml-vocab-gpt-2.gguf").string(), "hi", "--cpu"});
+  EXPECT_EQ(vocab_only.exit_code, 1);
+  EXPECT_NE(vocab_only.err.find("unsupported architecture gpt2"), std::string::npos) << vocab_only.err;
+  auto missing = run_binary({"run", "/nonexistent.gguf", "hi"});
+  EXPECT_NE(missing.exit_code, 0);
+}
+
+TEST_F(RunCommand, BenchPrintsALlamaBenchTable) {
+  auto r = run_binary({"bench", m40::test::shared_model("TinyStories-656K-Q8_0.gguf").string(), "--cpu", "-p", "16",
+                       "-n", "4", "-r", "2", "-t", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| model "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pp16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tg4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| CPU "), std::string::npos) << r.out;
+}
