@@ -1,0 +1,250 @@
+// matmul.h: argument checks, the choice of kernel, and the scalar kernel that
+// serves any shape and alignment. The fast kernels are in matmul_matvec.cu
+// (decode) and matmul_gemm.cu (prefill); the weight decoders they share are in
+// matmul_decode.cuh. docs/cuda-kernels.md ("Matmul") describes the design.
+#include "backends/cuda/matmul.h"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/matmul_internal.cuh"
+#include "common/error.h"
+#include "quant/block_types.h"
+
+namespace m40::cuda {
+
+namespace mm {
+
+namespace {
+
+constexpr int kScalarThreads = 128;  // a warp per row
+constexpr int kScalarTokens = 8;     // tokens per block (grid.y covers the rest)
+
+// Value c of a row, one at a time, for the scalar kernel.
+struct ElementF32 {
+  __device__ static float value(const uint8_t* row, int c) { return __ldg(reinterpret_cast<const float*>(row) + c); }
+};
+struct ElementF16 {
+  __device__ static float value(const uint8_t* row, int c) { return widen_half(load_2(row + 2 * c)); }
+};
+struct ElementBF16 {
+  __device__ static float value(const uint8_t* row, int c) { return quant::bf16_to_float(load_2(row + 2 * c)); }
+};
+template <class Block>
+struct ElementOfBlock {
+  __device__ static float value(const uint8_t* row, int c) {
+    return quant::dequantize_value(reinterpret_cast<const Block*>(row)[c / Block::kValues], c % Block::kValues);
+  }
+};
+
+template <class Element>
+__global__ void __launch_bounds__(kScalarThreads)
+    scalar_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
+                  int n_tokens, float* y, const float* residual) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int row = static_cast<int>(blockIdx.x) * (kScalarThreads / 32) + static_cast<int>(threadIdx.x) / 32;
+  const int token0 = static_cast<int>(blockIdx.y) * kScalarTokens;
+  const uint8_t* row_ptr = w + static_cast<size_t>(min(row, rows - 1)) * row_bytes;
+  const float* x_rows[kScalarTokens];
+#pragma unroll
+  for (int t = 0; t < kScalarTokens; ++t) {
+    x_rows[t] = x + static_cast<size_t>(min(token0 + t, n_tokens - 1)) * static_cast<size_t>(cols);
+  }
+  float acc[kScalarTokens] = {};
+  for (int c = lane; c < cols; c += 32) {
+    const float value = Element::value(row_ptr, c);
+#pragma unroll
+    for (int t = 0; t < kScalarTokens; ++t) acc[t] = fmaf(value, __ldg(x_rows[t] + c), acc[t]);
+  }
+#pragma unroll
+  for (int t = 0; t < kScalarTokens; ++t) {
+#pragma unroll
+    for (int offset = 16; offset >= 1; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
+  }
+  if (lane == 0 && row < rows) {
+#pragma unroll
+    for (int t = 0; t < kScalarTokens; ++t) {
+      if (token0 + t < n_tokens) {
+        const size_t index = static_cast<size_t>(token0 + t) * static_cast<size_t>(rows) + static_cast<size_t>(row);
+        y[index] = residual != nullptr ? residual[index] + acc[t] : acc[t];
+      }
+    }
+  }
+}
+
+template <class Element>
+void launch_scalar_kernel(const Product& p) {
+  constexpr int kRowsPerBlock = kScalarThreads / 32;
+  const dim3 grid((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, (p.n_tokens + kScalarTokens - 1) / kScalarTokens);
+  scalar_kernel<Element><<<grid, kScalarThreads, 0, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x, p.n_tokens,
+                                                                p.y, p.residual);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_scalar(const Product& p) {
+  using gguf::TensorType;
+  switch (p.type) {
+    case TensorType::F32: return launch_scalar_kernel<ElementF32>(p);
+    case TensorType::F16: return launch_scalar_kernel<ElementF16>(p);
+    case TensorType::BF16: return launch_scalar_kernel<ElementBF16>(p);
+    default:
+      quant::visit_block_type(p.type, [&](auto tag) {
+        launch_scalar_kernel<ElementOfBlock<typename decltype(tag)::type>>(p);
+      });
+  }
+}
+
+}  // namespace mm
+
+namespace {
+
+using gguf::TensorType;
+
+std::string type_name(TensorType type) {
+  if (const auto traits = gguf::find_tensor_type(static_cast<uint32_t>(type))) return std::string(traits->name);
+  return "type id " + std::to_string(static_cast<uint32_t>(type));
+}
+
+bool is_aligned(const void* p, size_t alignment) { return reinterpret_cast<uintptr_t>(p) % alignment == 0; }
+
+// Checks the product and returns it in the kernels' terms; throws m40::Error
+// naming the problem.
+mm::Product checked_product(const char* what, const DeviceWeight& w, const float* x, int n_tokens, float* y,
+                            const float* residual, cudaStream_t stream) {
+  const std::string where = std::string(what) + ": ";
+  const bool float_type = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
+  if (!float_type && !quant::visit_block_type(w.type, [](auto) {})) {
+    throw Error(where + "weight type " + type_name(w.type) +
+                " is not supported on the GPU: m40-llm multiplies F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights");
+  }
+  const auto& traits = gguf::tensor_type_traits(w.type);
+  if (w.rows < 0 || w.cols < 0 || w.rows > INT_MAX || w.cols > INT_MAX) {
+    throw Error(where + "weight shape " + std::to_string(w.rows) + " x " + std::to_string(w.cols) +
+                " is out of range");
+  }
+  if (n_tokens < 0) throw Error(where + "negative token count " + std::to_string(n_tokens));
+  if (w.cols % traits.block_size != 0) {
+    throw Error(where + std::to_string(w.cols) + " columns of " + type_name(w.type) +
+                " are not a whole number of blocks of " + std::to_string(traits.block_size));
+  }
+  const size_t min_row_bytes = static_cast<size_t>(w.cols) / traits.block_size * traits.bytes_per_block;
+  if (w.row_bytes < min_row_bytes) {
+    throw Error(where + "row stride of " + std::to_string(w.row_bytes) + " bytes is shorter than a row of " +
+                std::to_string(w.cols) + " " + type_name(w.type) + " values (" + std::to_string(min_row_bytes) +
+                " bytes)");
+  }
+  // Block structs hold 16-bit fields; F32 rows are read as floats.
+  const size_t alignment = w.type == TensorType::F32 ? 4 : 2;
+  if (!is_aligned(w.data, alignment) || w.row_bytes % alignment != 0) {
+    throw Error(where + type_name(w.type) + " weights must be " + std::to_string(alignment) +
+                "-byte aligned (rows and start)");
+  }
+  if (!is_aligned(x, 4) || !is_aligned(y, 4) || !is_aligned(residual, 4)) {
+    throw Error(where + "activations must be float-aligned");
+  }
+  const bool work = w.rows > 0 && n_tokens > 0;
+  if (work && (w.data == nullptr && w.cols > 0)) throw Error(where + "weight data is null");
+  if (work && (y == nullptr || (x == nullptr && w.cols > 0))) throw Error(where + "x or y is null");
+
+  mm::Product p;
+  p.type = w.type;
+  p.w = static_cast<const uint8_t*>(w.data);
+  p.row_bytes = w.row_bytes;
+  p.rows = static_cast<int>(w.rows);
+  p.cols = static_cast<int>(w.cols);
+  p.x = x;
+  p.n_tokens = n_tokens;
+  p.y = y;
+  p.residual = residual;
+  p.stream = stream;
+  return p;
+}
+
+// Whether the decoders' vector loads may be used: rows and x start on the
+// alignment their loads need, and rows are whole units.
+bool fast_path_fits(const mm::Product& p) {
+  size_t alignment = 2;  // 2-byte-aligned loads of the 18/34/210-byte blocks
+  int unit = 16;
+  switch (p.type) {
+    case TensorType::F32:
+    case TensorType::F16:
+    case TensorType::BF16: alignment = 16, unit = 8; break;
+    case TensorType::Q4_K:
+    case TensorType::Q5_K: alignment = 16; break;
+    default: break;
+  }
+  return p.cols % unit == 0 && is_aligned(p.w, alignment) && p.row_bytes % alignment == 0 && is_aligned(p.x, 16);
+}
+
+// W x = 0 for an empty row: y = residual (or zeros).
+void store_empty_product(const mm::Product& p) {
+  const size_t bytes = static_cast<size_t>(p.n_tokens) * static_cast<size_t>(p.rows) * sizeof(float);
+  if (p.residual == nullptr) {
+    M40_CUDA_CHECK(cudaMemsetAsync(p.y, 0, bytes, p.stream));
+  } else if (p.residual != p.y) {
+    M40_CUDA_CHECK(cudaMemcpyAsync(p.y, p.residual, bytes, cudaMemcpyDeviceToDevice, p.stream));
+  }
+}
+
+}  // namespace
+
+bool matvec_supported(gguf::TensorType type) {
+  switch (type) {
+    case TensorType::F32:
+    case TensorType::F16:
+    case TensorType::BF16:
+    case TensorType::Q8_0:
+    case TensorType::Q4_0:
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K:
+    case TensorType::IQ4_NL: return true;
+    default: return false;
+  }
+}
+
+void matvec(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
+            cudaStream_t stream) {
+  const mm::Product p = checked_product("matvec", w, x, n_tokens, y, residual, stream);
+  if (p.rows == 0 || p.n_tokens == 0) return;
+  if (p.cols == 0) return store_empty_product(p);
+  // Past 8 tokens the work goes to the gemm kernel, which walks K in steps of 32.
+  if (!fast_path_fits(p) || (p.n_tokens > mm::kMaxMatvecKernelTokens && p.cols % 32 != 0)) {
+    return mm::launch_scalar(p);
+  }
+  // More tokens than one kernel batches: chunks of kMaxMatvecTokens (gemm()
+  // is the better choice there).
+  for (int t0 = 0; t0 < p.n_tokens; t0 += kMaxMatvecTokens) {
+    mm::Product chunk = p;
+    chunk.n_tokens = std::min(kMaxMatvecTokens, p.n_tokens - t0);
+    chunk.x = p.x + static_cast<size_t>(t0) * static_cast<size_t>(p.cols);
+    chunk.y = p.y + static_cast<size_t>(t0) * static_cast<size_t>(p.rows);
+    if (p.residual != nullptr) chunk.residual = p.residual + static_cast<size_t>(t0) * static_cast<size_t>(p.rows);
+    mm::launch_matvec(chunk);
+  }
+}
+
+void gemm(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
+          cudaStream_t stream) {
+  const mm::Product p = checked_product("gemm", w, x, n_tokens, y, residual, stream);
+  if (p.rows == 0 || p.n_tokens == 0) return;
+  if (p.cols == 0) return store_empty_product(p);
+  if (p.cols % 32 != 0 || !fast_path_fits(p)) return mm::launch_scalar(p);
+  mm::launch_gemm(p);
+}
+
+void matmul(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
+            cudaStream_t stream) {
+  if (n_tokens <= kMaxMatvecTokens) {
+    matvec(w, x, n_tokens, y, residual, stream);
+  } else {
+    gemm(w, x, n_tokens, y, residual, stream);
+  }
+}
+
+}  // namespace m40::cuda

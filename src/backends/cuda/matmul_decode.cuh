@@ -1,0 +1,378 @@
+// Weight decoders for the matmul kernels: per storage type, how one thread
+// loads a "unit" of a row (8 or 16 consecutive values) with the widest loads
+// the layout allows, and turns it into FP32 registers, 8 values (a "piece") at
+// a time. The matvec kernel gives each lane units along a row; the gemm kernel
+// decodes 16 consecutive values per thread into its shared-memory tile.
+//
+// The block structs, the value formulas and the scale packing are those of
+// quant/blocks.h; this file only changes how the bytes reach registers (16-byte
+// and aligned 4-byte loads instead of byte loads) and how small integers become
+// floats (exact bit tricks instead of conversion instructions). The K-quants'
+// scale*q - offset is one fused multiply-add here, so a value may differ from
+// quant::dequantize_value in its last bit; every other format decodes to the
+// same bits. The matmul tests compare every type against the CPU.
+//
+// C++17, compiled by nvcc 11.8 for sm_52: no fp16 arithmetic, no dp4a.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/blocks.h"
+#include "quant/fp16.h"
+
+namespace m40::cuda::mm {
+
+// ---------------------------------------------------------------------------
+// Loads through the read-only (texture) path.
+
+__device__ __forceinline__ uint4 load_16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint32_t load_4(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+__device__ __forceinline__ uint32_t load_2(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+
+// 16 bytes at an address that is only 2-byte aligned (the 18-, 34- and 210-byte
+// blocks), as four little-endian words: five aligned 4-byte loads and funnel
+// shifts. Never reads outside the 4-byte words that hold p[0..15].
+__device__ __forceinline__ uint4 load_16_align2(const uint8_t* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3});
+  const uint32_t shift = static_cast<uint32_t>(address & 2u) * 8u;  // 0 or 16
+  const uint32_t w0 = load_4(base), w1 = load_4(base + 4), w2 = load_4(base + 8), w3 = load_4(base + 12);
+  const uint32_t w4 = load_4(base + (shift != 0 ? 16 : 12));  // only used when misaligned
+  return make_uint4(__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift),
+                    __funnelshift_r(w2, w3, shift), __funnelshift_r(w3, w4, shift));
+}
+
+// ---------------------------------------------------------------------------
+// Small integers to floats, exactly: 0x4B000000 | v is the float 2^23 + v for
+// v < 2^23, so one byte permute (or logic op) and one add replace a
+// quarter-rate conversion instruction.
+
+inline constexpr float kTwo23 = 8388608.0f;
+
+// Byte k (0..3) of `word` as the float 2^23 + byte.
+template <int k>
+__device__ __forceinline__ float magic_byte(uint32_t word) {
+  static_assert(k >= 0 && k < 4, "a word has four bytes");
+  // Result bytes: [byte k of word, 0, 0, 0x4B]; selector nibbles index the
+  // eight bytes of (word, 0x0000004B).
+  return __uint_as_float(__byte_perm(word, 0x4Bu, 0x4550u | k));
+}
+
+// The four bytes of `word` minus `bias` each, in order: w[0..3].
+__device__ __forceinline__ void bytes_to_floats(uint32_t word, float bias, float scale, float* w) {
+  w[0] = scale * (magic_byte<0>(word) - bias);
+  w[1] = scale * (magic_byte<1>(word) - bias);
+  w[2] = scale * (magic_byte<2>(word) - bias);
+  w[3] = scale * (magic_byte<3>(word) - bias);
+}
+
+// fma(scale, byte, -offset) for the four bytes of `word` (the K-quant formula).
+__device__ __forceinline__ void bytes_to_floats_offset(uint32_t word, float scale, float offset, float* w) {
+  w[0] = fmaf(scale, magic_byte<0>(word) - kTwo23, -offset);
+  w[1] = fmaf(scale, magic_byte<1>(word) - kTwo23, -offset);
+  w[2] = fmaf(scale, magic_byte<2>(word) - kTwo23, -offset);
+  w[3] = fmaf(scale, magic_byte<3>(word) - kTwo23, -offset);
+}
+
+// An IEEE half to float with the conversion instruction that every GPU has
+// (sm_52 lacks fp16 arithmetic, not the conversion). Exact, so equal to
+// quant::half_to_float for every input; one instruction instead of a dozen.
+__device__ __forceinline__ float widen_half(uint32_t bits) {
+  float value;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(static_cast<unsigned short>(bits & 0xFFFFu)));
+  return value;
+}
+
+// Nibbles: the low (high = false) or high nibbles of the four bytes of
+// `word`, as four bytes 0..15.
+__device__ __forceinline__ uint32_t nibbles(uint32_t word, bool high) {
+  return (high ? word >> 4 : word) & 0x0F0F0F0Fu;
+}
+
+// IQ4_NL / IQ4_XS levels for four nibble bytes (0..15 each), as four bytes
+// holding level + 128 (so that the unsigned byte trick applies): two byte
+// permutes look the index up in the halves of the table, a mask picks one.
+__device__ __forceinline__ uint32_t iq4_levels_biased(uint32_t nibble_bytes) {
+  // blocks.h's packed table with every byte flipped by 0x80 (level + 128).
+  constexpr uint64_t kLow = quant::kIQ4LevelsLow ^ 0x8080808080808080ull;
+  constexpr uint64_t kHigh = quant::kIQ4LevelsHigh ^ 0x8080808080808080ull;
+  const uint32_t index = nibble_bytes & 0x07070707u;
+  const uint32_t packed = index | (index >> 4);  // byte 0: i0 | i1 << 4, byte 2: i2 | i3 << 4
+  const uint32_t selector = (packed & 0xFFu) | ((packed >> 8) & 0xFF00u);
+  const uint32_t low = __byte_perm(static_cast<uint32_t>(kLow), static_cast<uint32_t>(kLow >> 32), selector);
+  const uint32_t high = __byte_perm(static_cast<uint32_t>(kHigh), static_cast<uint32_t>(kHigh >> 32), selector);
+  const uint32_t use_high = ((nibble_bytes >> 3) & 0x01010101u) * 0xFFu;
+  return (high & use_high) | (low & ~use_high);
+}
+
+// Word i (0..3) of a uint4.
+template <int i>
+__device__ __forceinline__ uint32_t word_of(const uint4& v) {
+  static_assert(i >= 0 && i < 4, "a uint4 has four words");
+  if constexpr (i == 0) return v.x;
+  if constexpr (i == 1) return v.y;
+  if constexpr (i == 2) return v.z;
+  return v.w;
+}
+
+// quant::k_quant_scale_min for the scale bytes held in registers: words 1..3
+// of the 16-byte Q4_K/Q5_K header (word 0 is d and dmin) are scales[0..3],
+// scales[4..7] and scales[8..11]. Sub-block s uses byte s % 4 of each.
+__device__ __forceinline__ quant::ScaleMin k_scale_min(const uint4& header, int s) {
+  const uint32_t shift = 8u * static_cast<uint32_t>(s & 3);
+  const uint32_t b1 = (header.y >> shift) & 0xFFu;  // scales[s % 4]
+  const uint32_t b2 = (header.z >> shift) & 0xFFu;  // scales[s % 4 + 4]
+  const uint32_t b3 = (header.w >> shift) & 0xFFu;  // scales[s % 4 + 8]
+  if (s < 4) return {static_cast<int>(b1 & 63), static_cast<int>(b2 & 63)};
+  return {static_cast<int>((b3 & 0xF) | ((b1 >> 6) << 4)), static_cast<int>((b3 >> 4) | ((b2 >> 6) << 4))};
+}
+
+// ---------------------------------------------------------------------------
+// Decoders. A row is a sequence of blocks of kBlockBytes bytes (for the float
+// types: a unit's bytes), each holding kUnitsPerBlock units of kUnit (8 or
+// 16) consecutive values. Unit u of a row is unit u % kUnitsPerBlock of block
+// u / kUnitsPerBlock and holds columns kUnit * u .. kUnit * (u + 1) - 1.
+//   Raw                              the unit's bytes in registers
+//   load(block, unit)                issue the loads (block: its first byte;
+//                                    unit: the unit within the block)
+//   decode<piece>(raw, unit, w)      values 8 piece .. 8 piece + 7 of the unit
+// Callers keep a pointer to the block and step it by whole blocks, so the
+// address math per unit is an add.
+
+struct DecodeF32 {
+  static constexpr int kUnit = 8;
+  static constexpr int kUnitsPerBlock = 1;
+  static constexpr int kBlockBytes = 32;
+  struct Raw {
+    float4 a, b;
+  };
+  __device__ static Raw load(const uint8_t* block, int) {
+    const float4* p = reinterpret_cast<const float4*>(block);
+    return {__ldg(p), __ldg(p + 1)};
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int, float* w) {
+    w[0] = raw.a.x, w[1] = raw.a.y, w[2] = raw.a.z, w[3] = raw.a.w;
+    w[4] = raw.b.x, w[5] = raw.b.y, w[6] = raw.b.z, w[7] = raw.b.w;
+  }
+};
+
+struct DecodeF16 {
+  static constexpr int kUnit = 8;
+  static constexpr int kUnitsPerBlock = 1;
+  static constexpr int kBlockBytes = 16;
+  using Raw = uint4;
+  __device__ static Raw load(const uint8_t* block, int) { return load_16(block); }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int, float* w) {
+    w[0] = widen_half(raw.x), w[1] = widen_half(raw.x >> 16);
+    w[2] = widen_half(raw.y), w[3] = widen_half(raw.y >> 16);
+    w[4] = widen_half(raw.z), w[5] = widen_half(raw.z >> 16);
+    w[6] = widen_half(raw.w), w[7] = widen_half(raw.w >> 16);
+  }
+};
+
+struct DecodeBF16 {
+  static constexpr int kUnit = 8;
+  static constexpr int kUnitsPerBlock = 1;
+  static constexpr int kBlockBytes = 16;
+  using Raw = uint4;
+  __device__ static Raw load(const uint8_t* block, int) { return load_16(block); }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int, float* w) {
+    // quant::bf16_to_float: the bf16 bits are the top half of the float.
+    w[0] = __uint_as_float(raw.x << 16), w[1] = __uint_as_float(raw.x & 0xFFFF0000u);
+    w[2] = __uint_as_float(raw.y << 16), w[3] = __uint_as_float(raw.y & 0xFFFF0000u);
+    w[4] = __uint_as_float(raw.z << 16), w[5] = __uint_as_float(raw.z & 0xFFFF0000u);
+    w[6] = __uint_as_float(raw.w << 16), w[7] = __uint_as_float(raw.w & 0xFFFF0000u);
+  }
+};
+
+// Q8_0: unit h is half a block, qs[16h .. 16h + 15]; value = d * q.
+struct DecodeQ8_0 {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockQ8_0;
+  static constexpr int kUnitsPerBlock = 2;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint4 qs;
+    float d;
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    return {load_16_align2(block + offsetof(Block, qs) + 16 * unit), widen_half(load_2(block))};
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int, float* w) {
+    // q + 128 as an unsigned byte, so the float trick applies; bias 2^23 + 128.
+    bytes_to_floats(word_of<2 * piece>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, raw.d, w);
+    bytes_to_floats(word_of<2 * piece + 1>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, raw.d, w + 4);
+  }
+};
+
+// Q4_0 and IQ4_NL: unit h is the 16 low (h = 0) or high (h = 1) nibbles of a
+// block's qs: values 16h .. 16h + 15.
+struct DecodeQ4_0 {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockQ4_0;
+  static constexpr int kUnitsPerBlock = 2;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint4 qs;
+    float d;
+  };
+  __device__ static Raw load(const uint8_t* block, int) {
+    return {load_16_align2(block + offsetof(Block, qs)), widen_half(load_2(block))};
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    const bool high = (unit & 1) != 0;
+    bytes_to_floats(nibbles(word_of<2 * piece>(raw.qs), high), kTwo23 + 8.0f, raw.d, w);  // (q - 8) * d
+    bytes_to_floats(nibbles(word_of<2 * piece + 1>(raw.qs), high), kTwo23 + 8.0f, raw.d, w + 4);
+  }
+};
+
+struct DecodeIQ4_NL {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockIQ4_NL;
+  static constexpr int kUnitsPerBlock = 2;
+  static constexpr int kBlockBytes = sizeof(Block);
+  using Raw = DecodeQ4_0::Raw;
+  __device__ static Raw load(const uint8_t* block, int) {
+    return {load_16_align2(block + offsetof(Block, qs)), widen_half(load_2(block))};
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    const bool high = (unit & 1) != 0;
+    bytes_to_floats(iq4_levels_biased(nibbles(word_of<2 * piece>(raw.qs), high)), kTwo23 + 128.0f, raw.d, w);
+    bytes_to_floats(iq4_levels_biased(nibbles(word_of<2 * piece + 1>(raw.qs), high)), kTwo23 + 128.0f, raw.d,
+                    w + 4);
+  }
+};
+
+// Q4_K: a unit is 16 values of sub-block s (unit in block = 2 s + h):
+// nibble s % 2 of qs[32 * (s / 2) + 16h .. + 15]. value = scale * q - offset.
+struct DecodeQ4_K {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockQ4_K;
+  static constexpr int kUnitsPerBlock = 16;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint4 header;  // d, dmin, scales[12]
+    uint4 qs;
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    const int s = unit >> 1;
+    return {load_16(block), load_16(block + offsetof(Block, qs) + 32 * (s >> 1) + 16 * (unit & 1))};
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    const int s = unit >> 1;
+    const quant::ScaleMin sm = k_scale_min(raw.header, s);
+    const float scale = widen_half(raw.header.x) * static_cast<float>(sm.scale);
+    const float offset = widen_half(raw.header.x >> 16) * static_cast<float>(sm.min);
+    const bool high = (s & 1) != 0;
+    bytes_to_floats_offset(nibbles(word_of<2 * piece>(raw.qs), high), scale, offset, w);
+    bytes_to_floats_offset(nibbles(word_of<2 * piece + 1>(raw.qs), high), scale, offset, w + 4);
+  }
+};
+
+// Q5_K: as Q4_K, with the fifth bit s of qh[16h + l].
+struct DecodeQ5_K {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockQ5_K;
+  static constexpr int kUnitsPerBlock = 16;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint4 header;
+    uint4 qh;
+    uint4 qs;
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    const int s = unit >> 1;
+    const int h = unit & 1;
+    return {load_16(block), load_16(block + offsetof(Block, qh) + 16 * h),
+            load_16(block + offsetof(Block, qs) + 32 * (s >> 1) + 16 * h)};
+  }
+  template <int piece>
+  __device__ static uint32_t quants(const Raw& raw, int s, int word) {
+    const uint32_t qs = word == 0 ? word_of<2 * piece>(raw.qs) : word_of<2 * piece + 1>(raw.qs);
+    const uint32_t qh = word == 0 ? word_of<2 * piece>(raw.qh) : word_of<2 * piece + 1>(raw.qh);
+    return nibbles(qs, (s & 1) != 0) | (((qh >> s) & 0x01010101u) << 4);
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    const int s = unit >> 1;
+    const quant::ScaleMin sm = k_scale_min(raw.header, s);
+    const float scale = widen_half(raw.header.x) * static_cast<float>(sm.scale);
+    const float offset = widen_half(raw.header.x >> 16) * static_cast<float>(sm.min);
+    bytes_to_floats_offset(quants<piece>(raw, s, 0), scale, offset, w);
+    bytes_to_floats_offset(quants<piece>(raw, s, 1), scale, offset, w + 4);
+  }
+};
+
+// Q6_K: unit sb is sub-block sb (16 values, i = 16 sb + j): with n = sb / 8,
+// g = (sb / 2) % 4, l0 = 16 (sb % 2), the low bits are nibble g / 2 of
+// ql[64n + 32 (g % 2) + l0 + j], the high bits are bits 2g of qh[32n + l0 + j].
+// value = d * scales[sb] * (q - 32).
+struct DecodeQ6_K {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockQ6_K;
+  static constexpr int kUnitsPerBlock = 16;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint4 ql;
+    uint4 qh;
+    float scale;
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    const int sb = unit;
+    const int n = sb >> 3, g = (sb >> 1) & 3, l0 = 16 * (sb & 1);
+    const float d = widen_half(load_2(block + offsetof(Block, d)));
+    const int8_t sc = static_cast<int8_t>(__ldg(block + offsetof(Block, scales) + sb));
+    return {load_16_align2(block + offsetof(Block, ql) + 64 * n + 32 * (g & 1) + l0),
+            load_16_align2(block + offsetof(Block, qh) + 32 * n + l0), d * static_cast<float>(sc)};
+  }
+  template <int piece>
+  __device__ static uint32_t quants(const Raw& raw, int g, int word) {
+    const uint32_t ql = word == 0 ? word_of<2 * piece>(raw.ql) : word_of<2 * piece + 1>(raw.ql);
+    const uint32_t qh = word == 0 ? word_of<2 * piece>(raw.qh) : word_of<2 * piece + 1>(raw.qh);
+    return nibbles(ql, g >= 2) | (((qh >> (2 * g)) & 0x03030303u) << 4);
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    const int g = (unit >> 1) & 3;
+    bytes_to_floats(quants<piece>(raw, g, 0), kTwo23 + 32.0f, raw.scale, w);  // (q - 32) * scale
+    bytes_to_floats(quants<piece>(raw, g, 1), kTwo23 + 32.0f, raw.scale, w + 4);
+  }
+};
+
+// Every other block format: quant::dequantize_value, value by value, straight
+// from the block in global memory. Slower, but the one definition by
+// construction. A unit is 16 values of one block.
+template <class BlockType>
+struct DecodeGeneric {
+  static constexpr int kUnit = 16;
+  using Block = BlockType;
+  static_assert(Block::kValues % kUnit == 0, "units do not straddle blocks");
+  static constexpr int kUnitsPerBlock = Block::kValues / kUnit;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    const Block* block;
+    int first;  // index in the block of the unit's first value
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    return {reinterpret_cast<const Block*>(block), kUnit * unit};
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int, float* w) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] = quant::dequantize_value(*raw.block, raw.first + 8 * piece + j);
+  }
+};
+
+}  // namespace m40::cuda::mm

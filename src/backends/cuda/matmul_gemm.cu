@@ -1,0 +1,230 @@
+// Tiled FP32 GEMM that dequantizes W on the fly: prefill products (any
+// number of tokens), and decode batches of 9 to 32 tokens.
+//
+// A block computes a tile of rows x tokens, walking K in steps of 32 columns.
+// Per step each thread decodes 16 consecutive weights of one row (one or two
+// decoder units, matmul_decode.cuh) and loads a few float4s of one token's x,
+// and stores both K-major into shared memory (w_tile[k][row],
+// x_tile[k][token]; consecutive lanes write consecutive words). Each thread
+// then accumulates a register tile: per k, float4 loads of 4 rows (a
+// broadcast within the warp) and of 2 or 4 tokens feed 8 to 32 FMAs. The next
+// step's global loads are issued before the current step's math, so they
+// overlap it. Shapes (TileShape below): prefill 128 rows x 64 tokens with an
+// 8 x 4 register tile; decode 64 rows x 16 or 32 tokens, so that one token
+// tile covers the batch and every weight is read once.
+//
+// Rows and tokens past the edges are clamped for loading and not stored.
+#include <algorithm>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/matmul_internal.cuh"
+
+namespace m40::cuda::mm {
+
+namespace {
+
+// The tile shapes. Each thread decodes 16 weights and loads kXPerThread x
+// values per K step, and accumulates kRowChunks x 4 rows by kTokensPerThread
+// tokens; rows of chunk c are c * kTileRows / kRowChunks + 4 * ty + i, so the
+// two float4 loads of a chunk-pair hit different banks in the prefill shape.
+template <int TileRows, int TileTokens, int TileK, int Threads, int RowChunks, int TokensPerThread>
+struct TileShape {
+  static constexpr int kTileRows = TileRows;
+  static constexpr int kTileTokens = TileTokens;
+  static constexpr int kTileK = TileK;
+  static constexpr int kThreads = Threads;
+  static constexpr int kRowChunks = RowChunks;
+  static constexpr int kTokensPerThread = TokensPerThread;
+  static constexpr int kRowGroups = kTileRows / (4 * kRowChunks);
+  static constexpr int kTokenGroups = kTileTokens / kTokensPerThread;
+  static constexpr int kXPerThread = kTileTokens * kTileK / kThreads;
+  static_assert(kTileRows * kTileK / 16 == kThreads, "each thread decodes 16 weights a step");
+  static_assert(kRowGroups * kTokenGroups == kThreads, "the register tiles cover the block tile");
+  static_assert(kThreads % kTileTokens == 0 && kXPerThread % 4 == 0, "x loads are whole float4s");
+  static_assert(kTokensPerThread == 2 || kTokensPerThread == 4, "x fragments are float2 or float4");
+};
+
+// Prefill: 128 rows x 64 tokens, 8 x 4 per thread.
+using PrefillShape = TileShape<128, 64, 32, 256, 2, 4>;
+// Decode batches of 9..16 and 17..32 tokens: one token tile covers the batch
+// (every weight is read once); 64-row tiles keep enough blocks in flight.
+using Decode16Shape = TileShape<64, 16, 32, 128, 1, 2>;
+using Decode32Shape = TileShape<64, 32, 64, 256, 1, 2>;
+// For rows of an odd number of 32 columns (K steps of 64 would not fit).
+using Decode32NarrowShape = TileShape<64, 32, 32, 128, 1, 4>;
+
+template <class Dec>
+struct WeightLoader {
+  static constexpr int kUnits = 16 / Dec::kUnit;  // units a thread decodes per step
+  typename Dec::Raw raw[kUnits];
+
+  __device__ void fetch(const uint8_t* row, int unit0) {
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int unit = unit0 + u;
+      raw[u] = Dec::load(row + (unit / Dec::kUnitsPerBlock) * Dec::kBlockBytes, unit % Dec::kUnitsPerBlock);
+    }
+  }
+
+  // Decodes the fetched units into tile[k0 + j * stride], j < 16.
+  __device__ void stash(int unit0, float* tile, int stride) const {
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      float v[8];
+      const int unit = (unit0 + u) % Dec::kUnitsPerBlock;
+      Dec::template decode<0>(raw[u], unit, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) tile[(Dec::kUnit * u + j) * stride] = v[j];
+      if constexpr (Dec::kUnit == 16) {
+        Dec::template decode<1>(raw[u], unit, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) tile[(Dec::kUnit * u + 8 + j) * stride] = v[j];
+      }
+    }
+  }
+};
+
+template <int kCount>
+struct Floats;
+template <>
+struct Floats<2> {
+  __device__ static void load(const float* p, float* v) {
+    const float2 f = *reinterpret_cast<const float2*>(p);
+    v[0] = f.x, v[1] = f.y;
+  }
+};
+template <>
+struct Floats<4> {
+  __device__ static void load(const float* p, float* v) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  }
+};
+
+template <class Dec, class Shape>
+__global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : 4)
+    gemm_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
+                int n_tokens, float* y, const float* residual) {
+  constexpr int kTileRows = Shape::kTileRows;
+  constexpr int kTileTokens = Shape::kTileTokens;
+  constexpr int kTileK = Shape::kTileK;
+  constexpr int kXPerThread = Shape::kXPerThread;
+  constexpr int kRowsPerThread = 4 * Shape::kRowChunks;
+  constexpr int kTokensPerThread = Shape::kTokensPerThread;
+  __shared__ __align__(16) float w_tile[kTileK][kTileRows];
+  __shared__ __align__(16) float x_tile[kTileK][kTileTokens];
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int row_base = static_cast<int>(blockIdx.x) * kTileRows;
+  const int token_base = static_cast<int>(blockIdx.y) * kTileTokens;
+
+  // Loading: W values 16 * load_part .. + 15 of row load_row, x values
+  // kXPerThread * x_part .. of token load_token, of each K step.
+  const int load_row = tid % kTileRows;
+  const int load_part = tid / kTileRows;
+  const int load_token = tid % kTileTokens;
+  const int x_part = tid / kTileTokens;
+  const uint8_t* w_row = w + static_cast<size_t>(min(row_base + load_row, rows - 1)) * row_bytes;
+  const float* x_row =
+      x + static_cast<size_t>(min(token_base + load_token, n_tokens - 1)) * static_cast<size_t>(cols) +
+      kXPerThread * x_part;
+  using Loader = WeightLoader<Dec>;
+  constexpr int kUnitsPerStep = kTileK / Dec::kUnit;
+  const int unit_in_step = 16 * load_part / Dec::kUnit;
+
+  const int ty = tid / Shape::kTokenGroups;
+  const int tx = tid % Shape::kTokenGroups;
+  float acc[kRowsPerThread][kTokensPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+#pragma unroll
+    for (int j = 0; j < kTokensPerThread; ++j) acc[i][j] = 0.0f;
+  }
+
+  Loader loader;
+  float4 xv[kXPerThread / 4];
+  loader.fetch(w_row, unit_in_step);
+#pragma unroll
+  for (int i = 0; i < kXPerThread / 4; ++i) xv[i] = __ldg(reinterpret_cast<const float4*>(x_row) + i);
+
+  const int steps = cols / kTileK;
+  for (int step = 0; step < steps; ++step) {
+    loader.stash(step * kUnitsPerStep + unit_in_step, &w_tile[16 * load_part][load_row], kTileRows);
+#pragma unroll
+    for (int i = 0; i < kXPerThread / 4; ++i) {
+      float* xt = &x_tile[kXPerThread * x_part + 4 * i][load_token];
+      xt[0 * kTileTokens] = xv[i].x;
+      xt[1 * kTileTokens] = xv[i].y;
+      xt[2 * kTileTokens] = xv[i].z;
+      xt[3 * kTileTokens] = xv[i].w;
+    }
+    __syncthreads();
+
+    if (step + 1 < steps) {
+      loader.fetch(w_row, (step + 1) * kUnitsPerStep + unit_in_step);
+      const float4* xp = reinterpret_cast<const float4*>(x_row + (step + 1) * kTileK);
+#pragma unroll
+      for (int i = 0; i < kXPerThread / 4; ++i) xv[i] = __ldg(xp + i);
+    }
+
+#pragma unroll
+    for (int k = 0; k < kTileK; ++k) {
+      float wr[kRowsPerThread];
+#pragma unroll
+      for (int c = 0; c < Shape::kRowChunks; ++c) {
+        Floats<4>::load(&w_tile[k][c * (kTileRows / Shape::kRowChunks) + 4 * ty], wr + 4 * c);
+      }
+      float xr[kTokensPerThread];
+      Floats<kTokensPerThread>::load(&x_tile[k][kTokensPerThread * tx], xr);
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+#pragma unroll
+        for (int j = 0; j < kTokensPerThread; ++j) acc[i][j] = fmaf(wr[i], xr[j], acc[i][j]);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int row = row_base + (i / 4) * (kTileRows / Shape::kRowChunks) + 4 * ty + i % 4;
+#pragma unroll
+    for (int j = 0; j < kTokensPerThread; ++j) {
+      const int token = token_base + kTokensPerThread * tx + j;
+      if (row < rows && token < n_tokens) {
+        const size_t index = static_cast<size_t>(token) * static_cast<size_t>(rows) + static_cast<size_t>(row);
+        y[index] = residual != nullptr ? residual[index] + acc[i][j] : acc[i][j];
+      }
+    }
+  }
+}
+
+template <class Dec, class Shape>
+void launch_shape(const Product& p) {
+  const dim3 grid((p.rows + Shape::kTileRows - 1) / Shape::kTileRows,
+                  (p.n_tokens + Shape::kTileTokens - 1) / Shape::kTileTokens);
+  gemm_kernel<Dec, Shape><<<grid, Shape::kThreads, 0, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x,
+                                                                  p.n_tokens, p.y, p.residual);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_gemm(const Product& p) {
+  visit_decoder(p.type, [&](auto tag) { launch_shape<typename decltype(tag)::type, PrefillShape>(p); });
+}
+
+void launch_gemm_decode(const Product& p) {
+  visit_decoder(p.type, [&](auto tag) {
+    using Dec = typename decltype(tag)::type;
+    if (p.n_tokens <= Decode16Shape::kTileTokens) {
+      launch_shape<Dec, Decode16Shape>(p);
+    } else if (p.cols % Decode32Shape::kTileK == 0) {
+      launch_shape<Dec, Decode32Shape>(p);
+    } else {
+      launch_shape<Dec, Decode32NarrowShape>(p);
+    }
+  });
+}
+
+}  // namespace m40::cuda::mm

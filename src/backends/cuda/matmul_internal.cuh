@@ -1,0 +1,74 @@
+// Shared between the matmul translation units (matmul.cu: checks and
+// dispatch, matmul_matvec.cu, matmul_gemm.cu): the checked arguments, which
+// decoder serves which type, and the launchers behind matvec() and gemm().
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cuda/matmul_decode.cuh"
+#include "gguf/tensor_type.h"
+#include "quant/blocks.h"
+
+namespace m40::cuda::mm {
+
+// One product, checked (matmul.cu): row r of W at w + r * row_bytes.
+struct Product {
+  gguf::TensorType type = gguf::TensorType::F32;
+  const uint8_t* w = nullptr;
+  size_t row_bytes = 0;
+  int rows = 0;
+  int cols = 0;
+  const float* x = nullptr;  // [n_tokens][cols]
+  int n_tokens = 0;
+  float* y = nullptr;               // [n_tokens][rows]
+  const float* residual = nullptr;  // null, y, or another [n_tokens][rows]
+  cudaStream_t stream = nullptr;
+};
+
+template <class Decoder>
+struct DecoderTag {
+  using type = Decoder;
+};
+
+// Calls visitor(DecoderTag<D>{}) with the decoder of `type`; false for a type
+// no decoder handles.
+template <class Visitor>
+bool visit_decoder(gguf::TensorType type, Visitor&& visitor) {
+  using gguf::TensorType;
+  switch (type) {
+    case TensorType::F32: visitor(DecoderTag<DecodeF32>{}); return true;
+    case TensorType::F16: visitor(DecoderTag<DecodeF16>{}); return true;
+    case TensorType::BF16: visitor(DecoderTag<DecodeBF16>{}); return true;
+    case TensorType::Q8_0: visitor(DecoderTag<DecodeQ8_0>{}); return true;
+    case TensorType::Q4_0: visitor(DecoderTag<DecodeQ4_0>{}); return true;
+    case TensorType::IQ4_NL: visitor(DecoderTag<DecodeIQ4_NL>{}); return true;
+    case TensorType::Q4_K: visitor(DecoderTag<DecodeQ4_K>{}); return true;
+    case TensorType::Q5_K: visitor(DecoderTag<DecodeQ5_K>{}); return true;
+    case TensorType::Q6_K: visitor(DecoderTag<DecodeQ6_K>{}); return true;
+    case TensorType::Q4_1: visitor(DecoderTag<DecodeGeneric<quant::BlockQ4_1>>{}); return true;
+    case TensorType::Q5_0: visitor(DecoderTag<DecodeGeneric<quant::BlockQ5_0>>{}); return true;
+    case TensorType::Q5_1: visitor(DecoderTag<DecodeGeneric<quant::BlockQ5_1>>{}); return true;
+    case TensorType::Q2_K: visitor(DecoderTag<DecodeGeneric<quant::BlockQ2_K>>{}); return true;
+    case TensorType::Q3_K: visitor(DecoderTag<DecodeGeneric<quant::BlockQ3_K>>{}); return true;
+    case TensorType::IQ4_XS: visitor(DecoderTag<DecodeGeneric<quant::BlockIQ4_XS>>{}); return true;
+    default: return false;
+  }
+}
+
+// Decode products, n_tokens 1..32, the decoder's alignment holds: the matvec
+// kernel up to kMaxMatvecKernelTokens, the gemm kernel with one token tile
+// above (launch_gemm_decode; needs cols % 32 == 0).
+inline constexpr int kMaxMatvecKernelTokens = 8;
+void launch_matvec(const Product& p);
+void launch_gemm_decode(const Product& p);
+
+// The tiled prefill gemm kernel: any n_tokens, cols % 32 == 0, alignment holds.
+void launch_gemm(const Product& p);
+
+// Any shape and alignment: one warp per row, element by element.
+void launch_scalar(const Product& p);
+
+}  // namespace m40::cuda::mm

@@ -1,0 +1,372 @@
+// The matmul kernels (matvec for decode, gemm for prefill, matmul's choice
+// between them) against their CPU twin cpu::matmul, for every weight type the
+// GPU supports, on random valid weights and random non-zero activations.
+//
+// The two sides multiply the same dequantized weights (up to the last bit of
+// the K-quants' fused scale * q - offset) but add the products in different
+// orders, so the results differ by rounding only. For one output that is
+// bounded by a few units of FP32 rounding (u = 2^-24) times sqrt(cols) times
+// sum_c |w_c x_c|: summation error grows like a random walk over the partial
+// sums, which never exceed that sum. A wrong weight, a missed block or a stale
+// output shows up far above the bound (a single wrong product is about
+// sum |w x| / cols, which for every tested cols is many times the bound);
+// outputs are poisoned with NaN first, so an unwritten value fails too. The
+// whole output is also held to ||y - ref|| < 1e-5 ||scale||, where scale_i =
+// sum_c |w_c x_c| + |residual_i| is the size of the terms output i is summed
+// from (||ref|| itself can be tiny where the terms cancel).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/ops.h"
+#include "backends/cpu/thread_pool.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device.h"
+#include "backends/cuda/matmul.h"
+#include "common/error.h"
+#include "device_buffer.h"
+#include "model/llama_weights.h"
+#include "quant/dequantize.h"
+#include "quant/fp16.h"
+#include "quant/random_blocks.h"
+
+namespace m40::cuda {
+namespace {
+
+using gguf::TensorType;
+using test::DeviceBuffer;
+
+std::vector<TensorType> all_types() {
+  std::vector<TensorType> types = {TensorType::F32, TensorType::F16, TensorType::BF16};
+  for (const TensorType t : test::block_types()) types.push_back(t);
+  return types;
+}
+
+struct HostWeight {
+  TensorType type = TensorType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  size_t row_bytes = 0;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // dequantized, rows x cols (for the error bound)
+};
+
+HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  const auto& traits = gguf::tensor_type_traits(type);
+  HostWeight w;
+  w.type = type;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = static_cast<size_t>(cols / traits.block_size * traits.bytes_per_block);
+  if (type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    w.bytes.resize(w.row_bytes * static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float v = value(rng);
+      if (type == TensorType::F32) {
+        std::memcpy(w.bytes.data() + 4 * i, &v, 4);
+      } else {
+        const uint16_t h = type == TensorType::F16 ? quant::float_to_half(v) : quant::float_to_bf16(v);
+        std::memcpy(w.bytes.data() + 2 * i, &h, 2);
+      }
+    }
+  } else {
+    w.bytes = test::random_valid_blocks(type, rows * cols / traits.block_size, seed);
+  }
+  w.values.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    quant::dequantize_row(type, w.bytes.data() + static_cast<size_t>(r) * w.row_bytes, w.values.data() + r * cols,
+                          cols);
+  }
+  return w;
+}
+
+// Uniform in +-[0.25, 1]: never zero, either sign.
+std::vector<float> random_activations(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> magnitude(0.25f, 1.0f);
+  std::bernoulli_distribution negative(0.5);
+  std::vector<float> x(n);
+  for (auto& v : x) v = negative(rng) ? -magnitude(rng) : magnitude(rng);
+  return x;
+}
+
+enum class Residual { None, Separate, IntoY };
+
+const char* residual_name(Residual mode) {
+  switch (mode) {
+    case Residual::None: return "no residual";
+    case Residual::Separate: return "residual";
+    case Residual::IntoY: return "residual == y";
+  }
+  return "?";
+}
+
+enum class Kernel { Matvec, Gemm, Matmul };
+
+// Runs products on the GPU and compares them with the CPU twin.
+class Checker {
+ public:
+  Checker() { M40_CUDA_CHECK(cudaStreamCreate(&stream_)); }
+  ~Checker() { cudaStreamDestroy(stream_); }
+  Checker(const Checker&) = delete;
+  Checker& operator=(const Checker&) = delete;
+
+  // Runs y = W x (+ residual) on the GPU for each residual mode and expects
+  // the CPU's answer. x_offset floats shift x off its 16-byte alignment.
+  void expect_matches_cpu(const HostWeight& w, int n_tokens, Kernel kernel, int x_offset = 0) {
+    SCOPED_TRACE(std::string(gguf::tensor_type_name(w.type)) + " " + std::to_string(w.rows) + " x " +
+                 std::to_string(w.cols) + ", " + std::to_string(n_tokens) + " tokens");
+    const int64_t rows = w.rows, cols = w.cols;
+    const auto x = random_activations(static_cast<size_t>(n_tokens * cols), static_cast<uint32_t>(7 + n_tokens));
+    const auto residual = random_activations(static_cast<size_t>(n_tokens * rows), 99);
+
+    // CPU twin and the per-output bound.
+    model::WeightView view;
+    view.type = w.type;
+    view.rows = static_cast<uint64_t>(rows);
+    view.cols = static_cast<uint64_t>(cols);
+    view.row_bytes = w.row_bytes;
+    view.data = w.bytes.data();
+    std::vector<float> product(static_cast<size_t>(n_tokens * rows));
+    cpu::matmul(view, x.data(), n_tokens, product.data(), pool_);
+    std::vector<double> abs_sum(product.size());
+    for (int t = 0; t < n_tokens; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        double s = 0.0;
+        for (int64_t c = 0; c < cols; ++c) s += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
+        abs_sum[t * rows + r] = s;
+      }
+    }
+
+    DeviceBuffer<uint8_t> d_w(w.bytes.size());
+    DeviceBuffer<float> d_x(x.size() + 4);
+    DeviceBuffer<float> d_y(product.size());
+    DeviceBuffer<float> d_residual(residual.size());
+    M40_CUDA_CHECK(cudaMemcpy(d_w.get(), w.bytes.data(), w.bytes.size(), cudaMemcpyHostToDevice));
+    float* x_dev = d_x.get() + x_offset;
+    M40_CUDA_CHECK(cudaMemcpy(x_dev, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    DeviceWeight dw;
+    dw.type = w.type;
+    dw.rows = rows;
+    dw.cols = cols;
+    dw.row_bytes = w.row_bytes;
+    dw.data = d_w.get();
+
+    for (const Residual mode : {Residual::None, Residual::Separate, Residual::IntoY}) {
+      SCOPED_TRACE(residual_name(mode));
+      const float* res = nullptr;
+      if (mode == Residual::IntoY) {
+        M40_CUDA_CHECK(cudaMemcpy(d_y.get(), residual.data(), residual.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice));
+        res = d_y.get();
+      } else {
+        M40_CUDA_CHECK(cudaMemset(d_y.get(), 0xff, d_y.bytes()));  // 0xffffffff is a NaN
+        if (mode == Residual::Separate) {
+          M40_CUDA_CHECK(cudaMemcpy(d_residual.get(), residual.data(), residual.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice));
+          res = d_residual.get();
+        }
+      }
+      switch (kernel) {
+        case Kernel::Matvec: matvec(dw, x_dev, n_tokens, d_y.get(), res, stream_); break;
+        case Kernel::Gemm: gemm(dw, x_dev, n_tokens, d_y.get(), res, stream_); break;
+        case Kernel::Matmul: matmul(dw, x_dev, n_tokens, d_y.get(), res, stream_); break;
+      }
+      M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      std::vector<float> y(product.size());
+      M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
+
+      constexpr double kUnitRoundoff = 1.0 / (1 << 24);
+      const double sqrt_cols = std::sqrt(static_cast<double>(cols));
+      double diff_sq = 0.0, scale_sq = 0.0;
+      int failures = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        const double ref = mode == Residual::None ? product[i] : static_cast<double>(residual[i]) + product[i];
+        const double bound = 4.0 * kUnitRoundoff * sqrt_cols * abs_sum[i] + 2.0 * kUnitRoundoff * std::fabs(ref);
+        const double diff = std::fabs(static_cast<double>(y[i]) - ref);
+        if (!(diff <= bound) && ++failures <= 5) {
+          ADD_FAILURE() << "token " << i / rows << " row " << i % rows << ": GPU " << y[i] << ", CPU " << ref
+                        << ", |diff| " << diff << " > bound " << bound;
+        }
+        diff_sq += (static_cast<double>(y[i]) - ref) * (static_cast<double>(y[i]) - ref);
+        const double scale = abs_sum[i] + (mode == Residual::None ? 0.0 : std::fabs(residual[i]));
+        scale_sq += scale * scale;
+      }
+      EXPECT_EQ(failures, 0);
+      EXPECT_LT(std::sqrt(diff_sq), 1e-5 * std::sqrt(scale_sq));
+    }
+  }
+
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cpu::ThreadPool pool_{2};
+};
+
+// Column counts worth testing for a type: whole 256-value super-blocks, and
+// for the 32-value formats and floats also an odd number of 32s.
+std::vector<int64_t> test_cols(TensorType type) {
+  const auto& traits = gguf::tensor_type_traits(type);
+  std::vector<int64_t> cols = {512, 2304};
+  if (traits.block_size <= 32) {
+    cols.push_back(96);
+    cols.push_back(416);
+  }
+  return cols;
+}
+
+class Matmul : public ::testing::TestWithParam<TensorType> {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    checker_ = std::make_unique<Checker>();
+  }
+  void expect_matches_cpu(const HostWeight& w, int n_tokens, Kernel kernel, int x_offset = 0) {
+    checker_->expect_matches_cpu(w, n_tokens, kernel, x_offset);
+  }
+
+  std::unique_ptr<Checker> checker_;
+};
+
+TEST_P(Matmul, MatvecMatchesCpu) {
+  for (const int64_t cols : test_cols(GetParam())) {
+    const HostWeight w = random_weight(GetParam(), 37, cols, static_cast<uint32_t>(cols));
+    for (const int n : {1, 2, 3, 7, 8, 16, 32}) expect_matches_cpu(w, n, Kernel::Matvec);
+  }
+  // A single row, and more rows than a block holds with a partial last block.
+  expect_matches_cpu(random_weight(GetParam(), 1, 512, 5), 1, Kernel::Matvec);
+  expect_matches_cpu(random_weight(GetParam(), 301, 512, 6), 8, Kernel::Matvec);
+}
+
+TEST_P(Matmul, GemmMatchesCpu) {
+  for (const int64_t cols : {int64_t{512}, int64_t{96}}) {
+    if (cols % gguf::tensor_type_traits(GetParam()).block_size != 0) continue;
+    for (const int64_t rows : {int64_t{37}, int64_t{130}}) {
+      const HostWeight w = random_weight(GetParam(), rows, cols, static_cast<uint32_t>(rows + cols));
+      for (const int n : {1, 33, 64, 200, 512}) expect_matches_cpu(w, n, Kernel::Gemm);
+    }
+  }
+}
+
+// matmul() sends up to 32 tokens to matvec and more to gemm; matvec also
+// takes more than 32 (in chunks).
+TEST_P(Matmul, EveryBatchSizeThroughEveryEntryPoint) {
+  const HostWeight w = random_weight(GetParam(), 45, 256, 11);
+  for (const int n : {31, 32, 33, 65}) expect_matches_cpu(w, n, Kernel::Matmul);
+  expect_matches_cpu(w, 40, Kernel::Matvec);
+  expect_matches_cpu(w, 5, Kernel::Gemm);
+}
+
+// x not 16-byte aligned: the vector loads cannot be used, the scalar kernel
+// takes over.
+TEST_P(Matmul, UnalignedActivationsStillWork) {
+  const HostWeight w = random_weight(GetParam(), 19, 256, 12);
+  for (const int n : {1, 4, 40}) expect_matches_cpu(w, n, Kernel::Matmul, /*x_offset=*/1);
+}
+
+// Layer-sized products (the decode shapes of a small model) over many blocks.
+TEST_P(Matmul, LargerProducts) {
+  const HostWeight w = random_weight(GetParam(), 640, 4096, 13);
+  expect_matches_cpu(w, 1, Kernel::Matvec);
+  expect_matches_cpu(w, 8, Kernel::Matvec);
+  expect_matches_cpu(w, 100, Kernel::Gemm);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, Matmul, ::testing::ValuesIn(all_types()),
+                         [](const ::testing::TestParamInfo<TensorType>& param_info) {
+                           return std::string(gguf::tensor_type_name(param_info.param));
+                         });
+
+// Float weights whose rows are not whole 16-byte vectors use the scalar kernel.
+TEST(MatmulShapes, FloatRowsOfAnyLength) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Checker checker;
+  for (const TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
+    const HostWeight w = random_weight(type, 21, 100, 3);
+    for (const int n : {1, 3, 40}) {
+      checker.expect_matches_cpu(w, n, Kernel::Matvec);
+      checker.expect_matches_cpu(w, n, Kernel::Gemm);
+    }
+  }
+}
+
+TEST(MatmulShapes, EmptyProducts) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  DeviceBuffer<float> y(6);
+  DeviceBuffer<float> residual(6);
+  const std::vector<float> ones(6, 1.0f);
+  M40_CUDA_CHECK(cudaMemcpy(residual.get(), ones.data(), 24, cudaMemcpyHostToDevice));
+  DeviceWeight w;
+  w.type = TensorType::Q4_K;
+  w.rows = 3;
+  w.cols = 0;
+  w.row_bytes = 0;
+  M40_CUDA_CHECK(cudaMemset(y.get(), 0xff, y.bytes()));
+  matmul(w, nullptr, 2, y.get(), residual.get(), nullptr);  // no columns: y = residual
+  M40_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> host(6);
+  M40_CUDA_CHECK(cudaMemcpy(host.data(), y.get(), 24, cudaMemcpyDeviceToHost));
+  for (const float v : host) EXPECT_EQ(v, 1.0f);
+  matvec(w, nullptr, 0, nullptr, nullptr, nullptr);  // no tokens: nothing to do
+  gemm(w, nullptr, 0, nullptr, nullptr, nullptr);
+}
+
+// Argument checks run before anything touches the GPU, so they run anywhere.
+TEST(MatmulArguments, BadWeightsAreClearErrors) {
+  const float* x = reinterpret_cast<const float*>(uintptr_t{256});
+  float* y = reinterpret_cast<float*>(uintptr_t{512});
+  DeviceWeight w;
+  w.type = TensorType::Q8_1;
+  w.rows = 4;
+  w.cols = 64;
+  w.row_bytes = 72;
+  w.data = reinterpret_cast<const void*>(uintptr_t{1024});
+  try {
+    matmul(w, x, 1, y, nullptr, nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Q8_1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not supported"), std::string::npos) << e.what();
+  }
+
+  w.type = TensorType::Q4_K;
+  w.cols = 100;
+  w.row_bytes = 144;
+  try {
+    matvec(w, x, 1, y, nullptr, nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a whole number of blocks"), std::string::npos) << e.what();
+  }
+
+  w.cols = 512;
+  w.row_bytes = 144;  // a row needs 288
+  EXPECT_THROW(gemm(w, x, 64, y, nullptr, nullptr), Error);
+  w.row_bytes = 288;
+  EXPECT_THROW(gemm(w, x, -1, y, nullptr, nullptr), Error);
+  w.data = nullptr;
+  EXPECT_THROW(matvec(w, x, 1, y, nullptr, nullptr), Error);
+}
+
+TEST(MatmulArguments, DedicatedKernelTypes) {
+  for (const TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+                             TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL}) {
+    EXPECT_TRUE(matvec_supported(t)) << gguf::tensor_type_name(t);
+  }
+  for (const TensorType t : {TensorType::Q4_1, TensorType::Q2_K, TensorType::IQ4_XS, TensorType::Q8_1}) {
+    EXPECT_FALSE(matvec_supported(t)) << gguf::tensor_type_name(t);
+  }
+}
+
+}  // namespace
+}  // namespace m40::cuda
