@@ -4,11 +4,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,27 +11,17 @@
 #include <string>
 #include <vector>
 
+#include "binary_runner.h"
 #include "test_paths.h"
-
-extern char** environ;
 
 namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using RunResult = m40::test::BinaryResult;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_file(const fs::path& path) { return m40::test::read_text_file(path); }
 
 fs::path temp_path(const std::string& name) {
   return fs::path(testing::TempDir()) / ("m40_chat_cli_" + std::to_string(::getpid()) + "_" + name);
@@ -48,39 +33,8 @@ fs::path write_temp(const std::string& name, const std::string& text) {
   return p;
 }
 
-// Runs m40-llm with `args` (no shell); stdin from `stdin_path` if given.
 RunResult run_m40(const std::vector<std::string>& args, const std::string& stdin_path = "") {
-  static int counter = 0;
-  const fs::path out_path = temp_path(std::to_string(counter) + ".out");
-  const fs::path err_path = temp_path(std::to_string(counter++) + ".err");
-  const std::string binary = m40::test::binary_path();
-  std::vector<std::string> storage{binary};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : storage) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (!stdin_path.empty()) posix_spawn_file_actions_addopen(&actions, 0, stdin_path.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  RunResult result;
-  const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    ADD_FAILURE() << "cannot start " << binary << ": " << std::strerror(rc);
-    return result;
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = read_file(out_path);
-  result.err = read_file(err_path);
-  fs::remove(out_path);
-  fs::remove(err_path);
-  return result;
+  return m40::test::run_binary(args, stdin_path);
 }
 
 fs::path templates_dir() { return m40::test::shared_dir() / "templates"; }

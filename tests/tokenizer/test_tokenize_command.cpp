@@ -5,66 +5,25 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "binary_runner.h"
 #include "test_paths.h"
 #include "vocab_test_files.h"
-
-extern char** environ;
 
 namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using RunResult = m40::test::BinaryResult;
 
-// Runs m40-llm with args (no shell); stdin from stdin_path when given.
 RunResult run_m40(const std::vector<std::string>& args, const std::string& stdin_path = "") {
-  static int counter = 0;
-  const fs::path dir = testing::TempDir();
-  const std::string stem = "m40_tokenize_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
-  const fs::path out_path = dir / (stem + ".out");
-  const fs::path err_path = dir / (stem + ".err");
-  std::vector<std::string> storage{m40::test::binary_path()};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : storage) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (!stdin_path.empty()) posix_spawn_file_actions_addopen(&actions, 0, stdin_path.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  RunResult result;
-  const int rc = posix_spawn(&pid, storage[0].c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    ADD_FAILURE() << "cannot start " << storage[0] << ": " << std::strerror(rc);
-    return result;
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = m40::tokenizer::test::read_bytes(out_path);
-  result.err = m40::tokenizer::test::read_bytes(err_path);
-  fs::remove(out_path);
-  fs::remove(err_path);
-  return result;
+  return m40::test::run_binary(args, stdin_path);
 }
 
 std::string vocab(const std::string& name) { return m40::tokenizer::test::vocab_path(name).string(); }
