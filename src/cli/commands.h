@@ -18,6 +18,7 @@ void register_tokenize_command(CLI::App& app);
 void register_bench_command(CLI::App& app);
 void register_run_command(CLI::App& app);
 void register_chat_template_command(CLI::App& app);
+void register_serve_command(CLI::App& app);
 
 // Registers the action of the subcommand being defined; run_selected_command
 // runs the one the user chose, turning m40::Error into a one-line message and

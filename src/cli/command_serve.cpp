@@ -1,0 +1,102 @@
+// `m40-llm serve MODEL`: the HTTP server (OpenAI and Ollama APIs) until
+// Ctrl-C or SIGTERM. See docs/server.md.
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "server/server.h"
+
+namespace m40::cli {
+
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  server::ServerOptions server;
+  bool host_given = false;
+  bool port_given = false;
+};
+
+int run_serve(ServeOptions o) {
+  auto& so = o.server;
+  // $M40_LLM_HOST=host:port, overridden by --host / --port.
+  if (const char* env = std::getenv("M40_LLM_HOST"); env != nullptr && *env != '\0') {
+    std::string host = so.host;
+    int port = so.port;
+    server::parse_host_port(env, host, port);
+    if (!o.host_given) so.host = host;
+    if (!o.port_given) so.port = port;
+  }
+  // SIGINT / SIGTERM go to one waiting thread that stops the server cleanly;
+  // a client that vanishes mid-write must not kill the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  server::Server srv(so);
+  const int port = srv.bind();
+  std::fprintf(stderr, "m40-llm: listening on http://%s:%d (loading %s)\n", so.host.c_str(), port, o.model.c_str());
+  // /health answers 503 while the model loads.
+  std::thread http([&srv] { srv.listen(); });
+  std::thread waiter([&srv, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "m40-llm: stopping\n");
+    srv.stop();
+  });
+  try {
+    srv.load_model(o.model);
+  } catch (...) {
+    srv.stop();
+    http.join();
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+    throw;
+  }
+  std::fprintf(stderr, "m40-llm: ready (%d parallel request%s)\n", so.parallel, so.parallel == 1 ? "" : "s");
+  http.join();
+  // The server stopped on its own (not by a signal): release the waiter.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return 0;
+}
+
+}  // namespace
+
+void register_serve_command(CLI::App& app) {
+  auto opts = std::make_shared<ServeOptions>();
+  auto& so = opts->server;
+  CLI::App* cmd = app.add_subcommand("serve", "Serve MODEL over HTTP with the OpenAI and Ollama APIs");
+  cmd->add_option("MODEL", opts->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  auto* host = cmd->add_option("--host", so.host, "Address to listen on ($M40_LLM_HOST=host:port also works)")
+                   ->capture_default_str();
+  auto* port = cmd->add_option("--port", so.port, "Port to listen on; 0 picks a free one")->capture_default_str();
+  cmd->add_option("--parallel,-p", so.parallel, "Requests generated at the same time (KV slots)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--ctx", so.n_ctx, "Context size per request in tokens (default: the model's, at most 4096)");
+  cmd->add_option("--queue", so.max_queue, "Requests that may wait for a slot; more are answered 503")
+      ->capture_default_str();
+  cmd->add_option("--prefill-chunk", so.prefill_chunk, "Prompt tokens per engine step (keeps streams flowing)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", so.threads, "CPU threads (default: every core)");
+  cmd->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_flag("--cpu", so.force_cpu, "Use the CPU backend even when a GPU is present");
+  cmd->add_flag("--verbose", so.log_requests, "Log each request on stderr");
+  cmd->callback([opts, host, port] {
+    opts->host_given = host->count() > 0;
+    opts->port_given = port->count() > 0;
+    set_command_action([opts] { return run_serve(*opts); });
+  });
+}
+
+}  // namespace m40::cli

@@ -1,0 +1,160 @@
+// The server's engine loop: one thread owns the backend and interleaves many
+// requests with continuous batching. Requests wait in a bounded queue, are
+// admitted into free KV slots, and every step runs ONE forward batch that
+// holds one decode token for each generating slot plus prompt chunks of the
+// slots still reading their prompt (at most `prefill_chunk` prompt tokens per
+// step, so a long prompt never stalls the running streams). Each request has
+// its own sampler, stop strings and token limit; its text goes to a
+// thread-safe RequestStream that the HTTP handler thread reads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/backend.h"
+#include "common/error.h"
+#include "engine/generator.h"
+#include "engine/sampler.h"
+#include "tokenizer/vocab.h"
+
+namespace m40::engine {
+
+struct RequestParams {
+  std::vector<int32_t> prompt;
+  SamplerParams sampler;
+  int max_tokens = -1;            // -1: until the context is full
+  std::vector<std::string> stop;  // stop strings (not shown)
+  bool ignore_eos = false;
+};
+
+struct RequestTimings {
+  int prompt_tokens = 0;
+  double queue_seconds = 0;     // waiting for a slot
+  double prompt_seconds = 0;    // from the first prompt chunk to the first logits
+  int generated_tokens = 0;
+  double generate_seconds = 0;  // from the first sampled token to the end
+};
+
+// One event of a request's stream: a piece of text, or the end.
+struct StreamEvent {
+  enum class Kind { Text, Done, Failed };
+  Kind kind = Kind::Text;
+  std::string text;      // Text: the piece; Failed: the error message
+  FinishReason finish_reason = FinishReason::EndOfGeneration;  // Done
+  RequestTimings timings;                                       // Done and Failed
+
+  static StreamEvent piece(std::string text) { return {Kind::Text, std::move(text), {}, {}}; }
+  static StreamEvent done(FinishReason reason, const RequestTimings& timings) { return {Kind::Done, {}, reason, timings}; }
+  static StreamEvent failed(std::string message, const RequestTimings& timings = {}) {
+    return {Kind::Failed, std::move(message), {}, timings};
+  }
+};
+
+// The per-request channel between the engine thread (writer) and the HTTP
+// handler thread (reader). Thread-safe.
+class RequestStream {
+ public:
+  // Waits up to `timeout` for events; moves every pending one into `out`.
+  // Returns false when none came in time.
+  bool wait(std::chrono::milliseconds timeout, std::vector<StreamEvent>& out);
+  // Asks the engine to stop this request; its slot is freed at the next step
+  // and a Done event with FinishReason::Cancelled follows.
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+  bool finished() const;
+
+  // Engine side.
+  void push(StreamEvent event);
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_;
+  bool finished_ = false;
+  std::atomic<bool> cancelled_{false};
+};
+
+// Why a request was refused before it was queued.
+class RequestRejected : public Error {
+ public:
+  enum class Reason { Invalid, QueueFull, ShuttingDown };
+  RequestRejected(Reason reason, const std::string& what) : Error(what), reason_(reason) {}
+  Reason reason() const { return reason_; }
+
+ private:
+  Reason reason_;
+};
+
+struct SchedulerOptions {
+  int max_queue = 16;       // requests waiting for a slot; more are refused (QueueFull)
+  int prefill_chunk = 256;  // prompt tokens per step, over all slots
+};
+
+struct SchedulerStats {
+  uint64_t requests_total = 0;     // accepted into the queue
+  uint64_t requests_rejected = 0;  // refused: queue full
+  uint64_t requests_failed = 0;    // ended by a backend error
+  uint64_t requests_cancelled = 0;
+  uint64_t prompt_tokens = 0;      // prompt tokens processed
+  uint64_t generated_tokens = 0;
+  uint64_t steps = 0;              // forward batches run
+  int queue_depth = 0;
+  int slots_busy = 0;
+  int slots_total = 0;
+};
+
+class Scheduler {
+ public:
+  // Starts the engine thread. The backend and vocabulary must outlive it;
+  // from now on only the engine thread calls the backend.
+  Scheduler(backend::Backend& backend, const tokenizer::Vocab& vocab, SchedulerOptions options = {});
+  ~Scheduler();  // stop()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. Throws RequestRejected: Invalid for an empty prompt, a
+  // prompt that does not fit in the context, a token out of range or bad
+  // sampler parameters; QueueFull when max_queue requests already wait;
+  // ShuttingDown after stop().
+  std::shared_ptr<RequestStream> submit(RequestParams params);
+
+  // Ends every request (Failed: "the server is shutting down") and joins the
+  // engine thread. Idempotent.
+  void stop();
+
+  SchedulerStats stats() const;
+  int n_ctx() const { return n_ctx_; }
+  int n_slots() const { return n_slots_; }
+
+ private:
+  struct Pending;
+  struct Slot;
+  void loop();
+  void step(std::vector<std::unique_ptr<Slot>>& slots);
+  void finish(Slot& slot, FinishReason reason);
+
+  backend::Backend& backend_;
+  const tokenizer::Vocab& vocab_;
+  SchedulerOptions options_;
+  int n_ctx_;
+  int n_slots_;
+  int n_vocab_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Pending>> queue_;
+  bool stopping_ = false;
+  SchedulerStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace m40::engine

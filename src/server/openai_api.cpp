@@ -1,0 +1,226 @@
+// The OpenAI API: /v1/completions, /v1/chat/completions (streamed as
+// Server-Sent Events ending in `data: [DONE]`) and /v1/models.
+#include <algorithm>
+#include <string>
+
+#include "server/server_state.h"
+
+namespace m40::server {
+
+namespace {
+
+// OpenAI's defaults where they differ from llama.cpp's: temperature 1,
+// top_p 1, no repetition penalty (OpenAI has frequency/presence instead).
+// top_k, min_p and repeat_penalty are accepted as extras (llama.cpp's server
+// does the same).
+engine::RequestParams openai_params(const json& body) {
+  engine::RequestParams p;
+  auto& sp = p.sampler;
+  sp.temperature = 1.0f;
+  sp.top_p = 1.0f;
+  sp.repeat_penalty = 1.0f;
+  if (auto v = get_number(body, "temperature")) {
+    if (*v < 0 || *v > 2) throw HttpError{400, "'temperature' must be between 0 and 2"};
+    sp.temperature = static_cast<float>(*v);
+  }
+  if (auto v = get_number(body, "top_p")) {
+    if (*v < 0 || *v > 1) throw HttpError{400, "'top_p' must be between 0 and 1"};
+    sp.top_p = static_cast<float>(*v);
+  }
+  if (auto v = get_int(body, "top_k")) sp.top_k = static_cast<int32_t>(*v);
+  if (auto v = get_number(body, "min_p")) sp.min_p = static_cast<float>(*v);
+  if (auto v = get_number(body, "repeat_penalty")) sp.repeat_penalty = static_cast<float>(*v);
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (auto v = get_number(body, key)) {
+      if (*v < -2 || *v > 2) throw HttpError{400, std::string("'") + key + "' must be between -2 and 2"};
+      (std::string(key) == "presence_penalty" ? sp.presence_penalty : sp.frequency_penalty) = static_cast<float>(*v);
+    }
+  }
+  if (auto v = get_int(body, "seed")) sp.seed = *v < 0 ? engine::kRandomSeed : static_cast<uint64_t>(*v);
+  if (auto v = get_int(body, "max_completion_tokens")) p.max_tokens = static_cast<int>(*v);
+  else if (auto m = get_int(body, "max_tokens")) p.max_tokens = static_cast<int>(*m);
+  if (p.max_tokens < -1) throw HttpError{400, "'max_tokens' must be at least 0"};
+  p.ignore_eos = get_bool(body, "ignore_eos").value_or(false);  // llama.cpp's extra
+  p.stop = get_stop(body, "stop");
+  if (p.stop.size() > 16) throw HttpError{400, "'stop' may hold at most 16 strings"};
+  if (auto n = get_int(body, "n"); n && *n != 1) throw HttpError{400, "only n = 1 is supported"};
+  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) throw HttpError{400, "'logit_bias' must be an object of token id -> bias"};
+    for (const auto& [key, value] : it->items()) {
+      if (!value.is_number()) throw HttpError{400, "'logit_bias' values must be numbers"};
+      try {
+        sp.logit_bias.emplace_back(std::stoi(key), value.get<float>());
+      } catch (const std::exception&) {
+        throw HttpError{400, "'logit_bias' keys must be token ids"};
+      }
+    }
+  }
+  if (auto it = body.find("response_format"); it != body.end() && it->is_object()) {
+    if (it->value("type", "text") != "text") throw HttpError{400, "'response_format' other than text is not supported yet"};
+  }
+  return p;
+}
+
+bool wants_stream(const json& body) { return get_bool(body, "stream").value_or(false); }
+
+bool wants_usage(const json& body) {
+  auto it = body.find("stream_options");
+  if (it == body.end() || it->is_null()) return false;
+  if (!it->is_object()) throw HttpError{400, "'stream_options' must be an object"};
+  return get_bool(*it, "include_usage").value_or(false);
+}
+
+json usage_json(const engine::RequestTimings& t) {
+  return {{"prompt_tokens", t.prompt_tokens},
+          {"completion_tokens", t.generated_tokens},
+          {"total_tokens", t.prompt_tokens + t.generated_tokens}};
+}
+
+std::string finish_name(engine::FinishReason r) { return std::string(engine::finish_reason_name(r)); }
+
+std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+
+// A message's content: a string, or a list of {"type": "text", "text": ...} parts.
+json flatten_content(const json& content) {
+  if (content.is_null() || content.is_string()) return content.is_null() ? json("") : content;
+  if (!content.is_array()) throw HttpError{400, "a message's 'content' must be a string or a list of parts"};
+  std::string text;
+  for (const auto& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+      throw HttpError{400, "only text content parts are supported"};
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+json openai_messages(const json& body) {
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty()) {
+    throw HttpError{400, "'messages' must be a non-empty list of messages"};
+  }
+  json messages = json::array();
+  for (const auto& m : *it) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      throw HttpError{400, "each message must be an object with a string 'role'"};
+    }
+    json copy = m;
+    copy["content"] = flatten_content(m.contains("content") ? m["content"] : json(nullptr));
+    messages.push_back(std::move(copy));
+  }
+  return messages;
+}
+
+std::vector<int32_t> completion_prompt(Server::State& s, const json& body) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) throw HttpError{400, "'prompt' is required"};
+  if (it->is_string()) return raw_prompt(s, it->get<std::string>());
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return raw_prompt(s, (*it)[0].get<std::string>());
+  if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& t) { return t.is_number_integer(); })) {
+    std::vector<int32_t> tokens;
+    for (const auto& t : *it) tokens.push_back(t.get<int32_t>());
+    return tokens;
+  }
+  throw HttpError{400, "'prompt' must be a string, a list of one string, or a list of token ids"};
+}
+
+void handle_completion(Server::State& s, const httplib::Request& req, httplib::Response& res, bool chat) {
+  const json body = parse_body(req);
+  if (auto m = body.find("model"); m != body.end() && !m->is_null() && !m->is_string()) {
+    throw HttpError{400, "'model' must be a string"};
+  }
+  engine::RequestParams params = openai_params(body);
+  const bool stream = wants_stream(body);
+  const bool usage = wants_usage(body);
+  params.prompt = chat ? chat_prompt(s, openai_messages(body)) : completion_prompt(s, body);
+  const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
+  const int64_t created = unix_now();
+  const std::string model = s.model_name;
+  const char* object = chat ? "chat.completion" : "text_completion";
+
+  auto request = submit(s, std::move(params));
+  if (!stream) {
+    const Completion c = collect(s, *request);
+    json choice = {{"index", 0}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_name(c.finish_reason);
+    send_json(res, {{"id", id}, {"object", object}, {"created", created}, {"model", model},
+                    {"choices", json::array({choice})}, {"usage", usage_json(c.timings)}});
+    return;
+  }
+
+  const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+  auto chunk = [=](json choice) {
+    json j = {{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model},
+              {"choices", json::array({std::move(choice)})}};
+    if (usage) j["usage"] = nullptr;
+    return j;
+  };
+  StreamFormat f;
+  if (chat) {
+    f.on_start = [=] {
+      return sse(chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                        {"finish_reason", nullptr}}));
+    };
+  }
+  f.on_text = [=](const std::string& text) {
+    json choice = {{"index", 0}};
+    if (chat) choice["delta"] = {{"content", text}};
+    else choice["text"] = text;
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = nullptr;
+    return sse(chunk(std::move(choice)));
+  };
+  f.on_end = [=](const engine::StreamEvent& done) {
+    json choice = {{"index", 0}};
+    if (chat) choice["delta"] = json::object();
+    else choice["text"] = "";
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_name(done.finish_reason);
+    std::string out = sse(chunk(std::move(choice)));
+    if (usage) {
+      out += sse({{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model},
+                  {"choices", json::array()}, {"usage", usage_json(done.timings)}});
+    }
+    return out + "data: [DONE]\n\n";
+  };
+  f.on_error = [](const std::string& message) {
+    return sse({{"error", {{"message", message}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
+  };
+  stream_response(s, res, "text/event-stream", request, std::move(f));
+}
+
+}  // namespace
+
+void register_openai_routes(Server::State& s) {
+  s.http.Post("/v1/completions", route(s, ApiFlavor::OpenAI, [&s](const httplib::Request& req, httplib::Response& res) {
+                handle_completion(s, req, res, false);
+              }));
+  s.http.Post("/v1/chat/completions",
+              route(s, ApiFlavor::OpenAI, [&s](const httplib::Request& req, httplib::Response& res) {
+                handle_completion(s, req, res, true);
+              }));
+  auto model_json = [&s] {
+    return json{{"id", s.model_name},
+                {"object", "model"},
+                {"created", std::chrono::duration_cast<std::chrono::seconds>(s.loaded_at.time_since_epoch()).count()},
+                {"owned_by", "m40-llm"}};
+  };
+  s.http.Get("/v1/models", route(s, ApiFlavor::OpenAI, [=](const httplib::Request&, httplib::Response& res) {
+               send_json(res, {{"object", "list"}, {"data", json::array({model_json()})}});
+             }));
+  s.http.Get(R"(/v1/models/(.+))", route(s, ApiFlavor::OpenAI, [=, &s](const httplib::Request& req, httplib::Response& res) {
+               if (req.matches[1] != s.model_name) {
+                 throw HttpError{404, "the model '" + std::string(req.matches[1]) + "' is not loaded", "invalid_request_error",
+                                 "model_not_found"};
+               }
+               send_json(res, model_json());
+             }));
+}
+
+}  // namespace m40::server

@@ -1,0 +1,73 @@
+// `m40-llm serve`: the HTTP server. It speaks the OpenAI API (/v1/...) and
+// the Ollama API (/api/...) over one loaded model, with the engine's
+// Scheduler doing the work; handler threads only parse, queue and stream.
+// See docs/server.md for the routes.
+//
+//   m40::server::Server server(options);
+//   server.load_model("model.gguf");   // /health answers 503 until this returns
+//   int port = server.bind();          // port 0: a free one
+//   server.listen();                   // blocks until stop()
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backends/backend.h"
+
+namespace m40::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 11434;          // 0: any free port
+  int parallel = 1;          // requests generated at the same time (KV slots)
+  int n_ctx = 0;             // context per slot; 0: the model's, at most 4096
+  unsigned threads = 0;      // CPU backend threads; 0: every core
+  bool force_cpu = false;
+  std::string api_key;       // non-empty: every route but /health needs "Authorization: Bearer KEY"
+  int max_queue = 16;        // requests waiting for a slot; more get 503
+  int prefill_chunk = 256;   // prompt tokens per engine step
+  size_t max_body_bytes = 8u << 20;  // larger request bodies get 413
+  int http_threads = 0;      // 0: enough for every slot and queued request, plus a few
+  bool log_requests = false; // one line per request on stderr
+  // Wraps the backend load_model() builds (tests use it for a slow or gated
+  // backend); empty: the backend as built.
+  std::function<std::unique_ptr<backend::Backend>(std::unique_ptr<backend::Backend>)> wrap_backend;
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();  // stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Opens the model, builds the backend and starts the engine. Throws
+  // m40::Error when the file cannot be used.
+  void load_model(const std::string& path);
+  bool ready() const;
+
+  // Binds host:port and returns the port (the chosen one for port 0).
+  // Throws m40::Error when the address cannot be bound.
+  int bind();
+  // Serves until stop(). Binds first when bind() was not called.
+  void listen();
+  // bind() + listen() on a background thread; returns the port.
+  int start();
+  // Stops serving, ends running requests and joins the threads. Idempotent.
+  void stop();
+  int port() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+// "host:port" (as in $M40_LLM_HOST / $OLLAMA_HOST) into host and port;
+// a missing part keeps the value given. Throws m40::Error for a bad port.
+void parse_host_port(const std::string& text, std::string& host, int& port);
+
+}  // namespace m40::server

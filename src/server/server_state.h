@@ -1,0 +1,126 @@
+// Internal to the server: what the route handlers share (the loaded model,
+// the scheduler), request-field parsing with type checks, and the streaming
+// and error helpers. Not part of the library's interface.
+#pragma once
+
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/backend.h"
+#include "chat/model_template.h"
+#include "engine/scheduler.h"
+#include "model/loaded_model.h"
+#include "server/server.h"
+#include "tokenizer/vocab.h"
+
+namespace m40::server {
+
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+// An error answered to the client: HTTP status, message, and OpenAI's
+// error type / code.
+struct HttpError {
+  HttpError(int status_, std::string message_, std::string type_ = "invalid_request_error", std::string code_ = "")
+      : status(status_), message(std::move(message_)), type(std::move(type_)), code(std::move(code_)) {}
+  int status;
+  std::string message;
+  std::string type;
+  std::string code;
+};
+
+// Which error shape a route answers in.
+enum class ApiFlavor { OpenAI, Ollama };
+
+struct Server::State {
+  ServerOptions options;
+  httplib::Server http;
+  std::unique_ptr<model::LoadedModel> model;
+  std::unique_ptr<tokenizer::Vocab> vocab;
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<engine::Scheduler> scheduler;
+  std::optional<chat::ModelChatTemplate> chat_template;
+  std::string model_path;
+  std::string model_name;  // the file name without .gguf
+  uint64_t model_size = 0;
+  std::chrono::system_clock::time_point loaded_at{};
+  std::atomic<bool> ready{false};
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> http_requests{0};
+  int bound_port = -1;
+  std::thread listen_thread;
+};
+
+// ---- request fields --------------------------------------------------------
+
+// The request body as a JSON object, or HttpError 400.
+json parse_body(const httplib::Request& req);
+// Each returns nullopt for a missing or null field and throws HttpError 400
+// naming the field when it has the wrong type.
+std::optional<double> get_number(const json& j, const char* key);
+std::optional<int64_t> get_int(const json& j, const char* key);
+std::optional<bool> get_bool(const json& j, const char* key);
+std::optional<std::string> get_string(const json& j, const char* key);
+// A string or a list of strings (OpenAI's and Ollama's `stop`).
+std::vector<std::string> get_stop(const json& j, const char* key);
+
+// ---- generation ------------------------------------------------------------
+
+// Queues a request; RequestRejected becomes HttpError (400 / 503).
+std::shared_ptr<engine::RequestStream> submit(Server::State& s, engine::RequestParams params);
+
+struct Completion {
+  std::string text;
+  engine::FinishReason finish_reason = engine::FinishReason::EndOfGeneration;
+  engine::RequestTimings timings;
+};
+// Waits for the whole answer; HttpError 500 when the engine failed.
+Completion collect(Server::State& s, engine::RequestStream& stream);
+
+// Streams the answer as chunks: `on_start` first (may be empty), `on_text`
+// for each piece, then `on_end` for the Done event or `on_error` for a
+// failure. A client that goes away cancels the request.
+struct StreamFormat {
+  std::function<std::string()> on_start;
+  std::function<std::string(const std::string& text)> on_text;
+  std::function<std::string(const engine::StreamEvent& done)> on_end;
+  std::function<std::string(const std::string& message)> on_error;
+};
+void stream_response(Server::State& s, httplib::Response& res, const char* content_type,
+                     std::shared_ptr<engine::RequestStream> stream, StreamFormat format);
+
+// Renders chat messages (already checked: objects with string role and
+// content) through the model's template and tokenizes the result.
+std::vector<int32_t> chat_prompt(Server::State& s, const json& messages);
+
+// Tokens of a plain prompt (BOS as the vocabulary asks, special tokens parsed).
+std::vector<int32_t> raw_prompt(Server::State& s, const std::string& text);
+
+// ---- answers -----------------------------------------------------------------
+
+void send_json(httplib::Response& res, const json& body, int status = 200);
+void send_error(httplib::Response& res, ApiFlavor flavor, const HttpError& error);
+// Runs a handler, turning HttpError, bad JSON and other exceptions into
+// error answers of the route's flavor; answers 503 while the model loads.
+httplib::Server::Handler route(Server::State& s, ApiFlavor flavor,
+                               std::function<void(const httplib::Request&, httplib::Response&)> handler,
+                               bool needs_model = true);
+
+std::string random_id(const char* prefix);
+std::string rfc3339_now();
+int64_t unix_now();
+
+void register_openai_routes(Server::State& s);
+void register_ollama_routes(Server::State& s);
+
+}  // namespace m40::server

@@ -1,0 +1,529 @@
+// The HTTP server end to end: a real server on a loopback ephemeral port over
+// the shared TinyStories model (CPU backend), spoken to with httplib::Client.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "engine/backend_factory.h"
+#include "engine/generator.h"
+#include "engine/scheduler.h"
+#include "server/server.h"
+#include "test_paths.h"
+
+using namespace m40;
+using json = nlohmann::json;
+
+namespace {
+
+std::filesystem::path model_path() { return test::shared_model("TinyStories-656K-Q8_0.gguf"); }
+
+// The real backend, made slower per step and stoppable at a gate, so tests
+// can hold requests in the engine as long as they need (bounded waits only).
+struct Pacing {
+  std::atomic<int> delay_ms{0};
+  std::atomic<bool> gate_open{true};
+};
+
+class PacedBackend : public backend::Backend {
+ public:
+  PacedBackend(std::unique_ptr<backend::Backend> inner, std::shared_ptr<Pacing> pacing)
+      : inner_(std::move(inner)), pacing_(std::move(pacing)) {}
+  std::string name() const override { return inner_->name(); }
+  int n_ctx() const override { return inner_->n_ctx(); }
+  int n_seq_max() const override { return inner_->n_seq_max(); }
+  int n_vocab() const override { return inner_->n_vocab(); }
+  void forward(const backend::Batch& batch, std::span<float> logits) override {
+    for (int i = 0; i < 3000 && !pacing_->gate_open.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (int d = pacing_->delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
+    inner_->forward(batch, logits);
+  }
+
+ private:
+  std::unique_ptr<backend::Backend> inner_;
+  std::shared_ptr<Pacing> pacing_;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::signal(SIGPIPE, SIG_IGN);
+    if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "shared models not found";
+  }
+  void TearDown() override {
+    if (server_) server_->stop();
+  }
+
+  void start(server::ServerOptions o = {}) {
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.force_cpu = true;
+    o.threads = 2;
+    if (o.n_ctx == 0) o.n_ctx = 256;
+    o.wrap_backend = [p = pacing_](std::unique_ptr<backend::Backend> b) -> std::unique_ptr<backend::Backend> {
+      return std::make_unique<PacedBackend>(std::move(b), p);
+    };
+    server_ = std::make_unique<server::Server>(o);
+    server_->load_model(model_path().string());
+    port_ = server_->start();
+    ASSERT_GT(port_, 0);
+  }
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_connection_timeout(5);
+    c.set_read_timeout(60);
+    c.set_write_timeout(10);
+    return c;
+  }
+
+  httplib::Result post(const std::string& path, const json& body, const httplib::Headers& headers = {}) const {
+    return client().Post(path, headers, body.dump(), "application/json");
+  }
+
+  std::shared_ptr<Pacing> pacing_ = std::make_shared<Pacing>();
+  std::unique_ptr<server::Server> server_;
+  int port_ = 0;
+};
+
+// The `data:` payloads of a Server-Sent Events body, in order.
+std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
+  }
+  return out;
+}
+
+std::vector<json> ndjson_lines(const std::string& body) {
+  std::vector<json> out;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(json::parse(line));
+  }
+  return out;
+}
+
+// What engine::Generator produces for the same tokens and settings.
+std::string generator_text(const std::vector<int32_t>& prompt, int max_tokens, std::vector<std::string> stop = {}) {
+  auto model = model::LoadedModel::open(model_path().string());
+  auto vocab = tokenizer::Vocab::from_metadata(model->file.metadata());
+  engine::BackendOptions bo;
+  bo.n_ctx = 256;
+  bo.threads = 2;
+  bo.force_cpu = true;
+  auto backend = engine::make_backend(*model, bo);
+  engine::GenerationOptions go;
+  go.sampler.temperature = 0;
+  go.sampler.repeat_penalty = 1.0f;
+  go.max_tokens = max_tokens;
+  go.stop = std::move(stop);
+  std::string text;
+  engine::Generator(*backend, vocab).generate(prompt, go, [&](std::string_view piece) {
+    text += piece;
+    return true;
+  });
+  return text;
+}
+
+server::ServerOptions with(int parallel, int max_queue = 16, std::string api_key = "") {
+  server::ServerOptions o;
+  o.parallel = parallel;
+  o.max_queue = max_queue;
+  o.api_key = std::move(api_key);
+  return o;
+}
+
+std::vector<int32_t> raw_tokens(const std::string& text) {
+  auto vocab = tokenizer::Vocab::from_file(model_path().string());
+  return vocab.encode(text, {.add_special = true, .parse_special = true});
+}
+
+}  // namespace
+
+TEST_F(ServerTest, CompletionGreedyEqualsTheGenerator) {
+  start(with(2));
+  auto r = post("/v1/completions", {{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 24}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  const std::string text = j["choices"][0]["text"];
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(text, generator_text(raw_tokens("Once upon a time"), 24));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int>(raw_tokens("Once upon a time").size()));
+}
+
+TEST_F(ServerTest, CompletionStreamsTheSameTextAsServerSentEvents) {
+  start(with(2));
+  const json req = {{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 16}};
+  auto plain = post("/v1/completions", req);
+  json stream_req = req;
+  stream_req["stream"] = true;
+  stream_req["stream_options"] = {{"include_usage", true}};
+  auto r = post("/v1/completions", stream_req);
+  ASSERT_TRUE(plain && r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  const auto events = sse_data(r->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  std::string finish;
+  json usage;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json e = json::parse(events[i]);
+    if (!e["choices"].empty()) {
+      text += e["choices"][0]["text"].get<std::string>();
+      if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+    } else {
+      usage = e["usage"];
+    }
+  }
+  EXPECT_EQ(text, json::parse(plain->body)["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(usage["completion_tokens"], 16);
+}
+
+TEST_F(ServerTest, ChatCompletionPlainAndStreamed) {
+  start(with(2));
+  const json req = {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
+                    {"temperature", 0},
+                    {"max_tokens", 12}};
+  auto r = post("/v1/chat/completions", req);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  const std::string answer = j["choices"][0]["message"]["content"];
+  EXPECT_FALSE(answer.empty());
+
+  json sreq = req;
+  sreq["stream"] = true;
+  auto s = post("/v1/chat/completions", sreq);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200);
+  const auto events = sse_data(s->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  EXPECT_EQ(json::parse(events[0])["choices"][0]["delta"]["role"], "assistant");
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json e = json::parse(events[i]);
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    if (e["choices"][0]["delta"].contains("content")) text += e["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, answer);
+}
+
+TEST_F(ServerTest, StopStringEndsTheAnswerBeforeIt) {
+  start(with(2));
+  const std::string full = generator_text(raw_tokens("Once upon a time"), 40);
+  ASSERT_GT(full.size(), 20u);
+  const std::string stop = full.substr(10, 4);
+  auto r = post("/v1/completions",
+                {{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 40}, {"stop", {stop}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], full.substr(0, full.find(stop)));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ServerTest, OllamaGenerateStreamsNdjsonWithTimings) {
+  start(with(2));
+  auto r = post("/api/generate", {{"model", "tiny"},
+                                  {"prompt", "Once upon a time"},
+                                  {"raw", true},
+                                  {"options", {{"temperature", 0}, {"repeat_penalty", 1.0}, {"num_predict", 10}}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const auto lines = ndjson_lines(r->body);
+  ASSERT_GE(lines.size(), 2u);
+  std::string text;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    EXPECT_FALSE(lines[i]["done"].get<bool>());
+    text += lines[i]["response"].get<std::string>();
+  }
+  const json& last = lines.back();
+  EXPECT_TRUE(last["done"].get<bool>());
+  EXPECT_EQ(last["done_reason"], "length");
+  EXPECT_EQ(last["eval_count"], 10);
+  EXPECT_GT(last["prompt_eval_count"].get<int>(), 0);
+  EXPECT_GT(last["total_duration"].get<int64_t>(), 0);
+  EXPECT_GT(last["eval_duration"].get<int64_t>(), 0);
+  EXPECT_TRUE(last.contains("load_duration"));
+  EXPECT_EQ(text, generator_text(raw_tokens("Once upon a time"), 10));
+}
+
+TEST_F(ServerTest, OllamaChatWithoutStreaming) {
+  start(with(2));
+  auto r = post("/api/chat", {{"model", "tiny"},
+                              {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                              {"stream", false},
+                              {"options", {{"temperature", 0}, {"num_predict", 8}}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_TRUE(j["done"].get<bool>());
+  EXPECT_EQ(j["message"]["role"], "assistant");
+  EXPECT_TRUE(j["message"]["content"].is_string());
+  EXPECT_LE(j["eval_count"].get<int>(), 8);
+}
+
+TEST_F(ServerTest, InfoRoutes) {
+  start(with(2));
+  auto c = client();
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "TinyStories-656K-Q8_0");
+  auto tags = c.Get("/api/tags");
+  ASSERT_TRUE(tags);
+  EXPECT_EQ(json::parse(tags->body)["models"][0]["name"], "TinyStories-656K-Q8_0:latest");
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto root = c.Get("/");
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->body, "m40-llm is running");
+  auto version = c.Get("/api/version");
+  ASSERT_TRUE(version);
+  EXPECT_TRUE(json::parse(version->body)["version"].is_string());
+  auto ps = c.Get("/api/ps");
+  ASSERT_TRUE(ps);
+  EXPECT_EQ(ps->status, 200);
+  auto show = post("/api/show", {{"model", "TinyStories-656K-Q8_0"}});
+  ASSERT_TRUE(show);
+  EXPECT_EQ(show->status, 200);
+  EXPECT_EQ(json::parse(show->body)["details"]["format"], "gguf");
+  auto tok = post("/tokenize", {{"content", "Once upon a time"}});
+  ASSERT_TRUE(tok);
+  ASSERT_EQ(tok->status, 200);
+  const json tokens = json::parse(tok->body)["tokens"];
+  EXPECT_FALSE(tokens.empty());
+  auto detok = post("/detokenize", {{"tokens", tokens}});
+  ASSERT_TRUE(detok);
+  EXPECT_EQ(json::parse(detok->body)["content"], "Once upon a time");
+}
+
+TEST_F(ServerTest, MetricsCountRequestsAndTokens) {
+  start(with(2));
+  ASSERT_TRUE(post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 3}, {"temperature", 0}}));
+  auto m = client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("# TYPE m40_requests_total counter"), std::string::npos);
+  EXPECT_NE(m->body.find("m40_requests_total 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("m40_generated_tokens_total 3\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("m40_slots_total 2\n"), std::string::npos);
+  EXPECT_NE(m->body.find("m40_queue_depth 0\n"), std::string::npos);
+}
+
+TEST_F(ServerTest, BadRequestsGetClearErrors) {
+  start(with(2));
+  auto c = client();
+  auto malformed = c.Post("/v1/completions", "{\"prompt\": ", "application/json");
+  ASSERT_TRUE(malformed);
+  EXPECT_EQ(malformed->status, 400);
+  const json err = json::parse(malformed->body);
+  EXPECT_TRUE(err["error"]["message"].is_string());
+  EXPECT_EQ(err["error"]["type"], "invalid_request_error");
+
+  auto wrong_type = post("/v1/completions", {{"prompt", "Hi"}, {"temperature", "hot"}});
+  ASSERT_TRUE(wrong_type);
+  EXPECT_EQ(wrong_type->status, 400);
+  EXPECT_NE(wrong_type->body.find("temperature"), std::string::npos);
+
+  auto bad_messages = post("/v1/chat/completions", {{"messages", "hello"}});
+  ASSERT_TRUE(bad_messages);
+  EXPECT_EQ(bad_messages->status, 400);
+
+  auto bad_options = post("/api/generate", {{"prompt", "Hi"}, {"options", {{"num_predict", "ten"}}}});
+  ASSERT_TRUE(bad_options);
+  EXPECT_EQ(bad_options->status, 400);
+  EXPECT_TRUE(json::parse(bad_options->body)["error"].is_string());
+
+  auto unknown = c.Get("/v1/nothing-here");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_TRUE(json::parse(unknown->body)["error"]["message"].is_string());
+
+  std::string long_prompt;
+  for (int i = 0; i < 400; ++i) long_prompt += "once upon a time ";
+  auto too_long = post("/v1/completions", {{"prompt", long_prompt}});
+  ASSERT_TRUE(too_long);
+  EXPECT_EQ(too_long->status, 400);
+  EXPECT_NE(too_long->body.find("context"), std::string::npos) << too_long->body;
+}
+
+TEST_F(ServerTest, HugeBodyIsRefusedWithoutHarm) {
+  start(with(2));
+  const std::string huge = "{\"prompt\": \"" + std::string(10u << 20, 'a') + "\"}";
+  auto r = client().Post("/v1/completions", huge, "application/json");
+  if (r) {
+    EXPECT_TRUE(r->status == 413 || r->status == 400) << r->status;
+  }
+  auto health = client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(ServerTest, ApiKeyIsRequiredExceptForHealth) {
+  start(with(1, 16, "sekret"));
+  auto c = client();
+  auto none = c.Get("/v1/models");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(json::parse(none->body)["error"]["code"], "invalid_api_key");
+  auto wrong = c.Get("/v1/models", {{"Authorization", "Bearer nope"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  auto ok = c.Get("/v1/models", {{"Authorization", "Bearer sekret"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  auto tags = c.Get("/api/tags");
+  ASSERT_TRUE(tags);
+  EXPECT_EQ(tags->status, 401);
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(ServerTest, HealthIs503UntilTheModelIsLoaded) {
+  server::ServerOptions o;
+  o.port = 0;
+  server_ = std::make_unique<server::Server>(o);
+  port_ = server_->start();
+  auto health = client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  auto gen = post("/v1/completions", {{"prompt", "Hi"}});
+  ASSERT_TRUE(gen);
+  EXPECT_EQ(gen->status, 503);
+}
+
+TEST_F(ServerTest, TwoConcurrentStreamsBothCompleteAsAlone) {
+  start(with(2));
+  pacing_->delay_ms = 3;  // long enough that the two overlap
+  const json a = {{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 30}, {"stream", true}};
+  const json b = {{"prompt", "The little dog"}, {"temperature", 0}, {"max_tokens", 30}, {"stream", true}};
+  std::string body_a, body_b;
+  int status_a = 0, status_b = 0;
+  std::thread ta([&] {
+    auto r = post("/v1/completions", a);
+    if (r) status_a = r->status, body_a = r->body;
+  });
+  std::thread tb([&] {
+    auto r = post("/v1/completions", b);
+    if (r) status_b = r->status, body_b = r->body;
+  });
+  ta.join();
+  tb.join();
+  ASSERT_EQ(status_a, 200);
+  ASSERT_EQ(status_b, 200);
+  auto text_of = [](const std::string& body) {
+    std::string text;
+    for (const auto& d : sse_data(body)) {
+      if (d == "[DONE]") break;
+      const json e = json::parse(d);
+      if (!e["choices"].empty()) text += e["choices"][0]["text"].get<std::string>();
+    }
+    return text;
+  };
+  EXPECT_EQ(sse_data(body_a).back(), "[DONE]");
+  EXPECT_EQ(sse_data(body_b).back(), "[DONE]");
+  // Batched together, each answer is still the one it gets alone.
+  EXPECT_EQ(text_of(body_a), generator_text(raw_tokens("Once upon a time"), 30));
+  EXPECT_EQ(text_of(body_b), generator_text(raw_tokens("The little dog"), 30));
+}
+
+TEST_F(ServerTest, ClientThatDisconnectsFreesItsSlot) {
+  start(with(1));
+  pacing_->delay_ms = 20;  // the full answer would take 5 s
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = json{{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}}.dump();
+  req.set_header("Content-Type", "application/json");
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+  auto c = client();
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  c.send(req, res, error);  // ends early: the receiver said stop
+  EXPECT_GE(chunks, 3);
+  pacing_->delay_ms = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  // The only slot must come free: a new request completes.
+  auto r = post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 4}, {"temperature", 0}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  const json m = json::parse(r->body);
+  EXPECT_EQ(m["usage"]["completion_tokens"], 4);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  auto metrics = client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("m40_requests_cancelled_total 1\n"), std::string::npos) << metrics->body;
+}
+
+TEST_F(ServerTest, QueueFullAnswers503) {
+  start(with(1, 1));
+  pacing_->gate_open = false;  // the engine stops at its first step
+  const json hold = {{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"temperature", 0}};
+  std::vector<std::thread> holders;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 2; ++i) {
+    holders.emplace_back([&] {
+      auto r = post("/v1/completions", hold);
+      if (r && r->status == 200) ok.fetch_add(1);
+    });
+  }
+  // Wait (bounded) until one request has the slot and one waits.
+  bool full = false;
+  for (int i = 0; i < 250 && !full; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto m = client().Get("/metrics");
+    full = m && m->body.find("m40_queue_depth 1\n") != std::string::npos &&
+           m->body.find("m40_slots_busy 1\n") != std::string::npos;
+  }
+  EXPECT_TRUE(full);
+  auto r = post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full");
+  auto o = post("/api/generate", {{"prompt", "Hi"}, {"options", {{"num_predict", 2}}}});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->status, 503);
+  pacing_->gate_open = true;
+  for (auto& t : holders) t.join();
+  EXPECT_EQ(ok.load(), 2);  // the held requests still complete
+}
+
+TEST(HostPort, ParsesEnvironmentForms) {
+  std::string host = "127.0.0.1";
+  int port = 11434;
+  server::parse_host_port("0.0.0.0:8080", host, port);
+  EXPECT_EQ(host, "0.0.0.0");
+  EXPECT_EQ(port, 8080);
+  server::parse_host_port("http://localhost:9000/", host, port);
+  EXPECT_EQ(host, "localhost");
+  EXPECT_EQ(port, 9000);
+  server::parse_host_port("example", host, port);
+  EXPECT_EQ(host, "example");
+  EXPECT_EQ(port, 9000);
+  EXPECT_THROW(server::parse_host_port("h:99999", host, port), Error);
+}
