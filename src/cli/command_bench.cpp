@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "engine/backend_factory.h"
+#include "common/memory_size.h"
 #include "engine/benchmark.h"
 #include "model/model_summary.h"
 
@@ -22,6 +23,8 @@ struct BenchOptions {
   int repetitions = 5;
   unsigned threads = 0;
   bool cpu = false;
+  int gpu = -1;
+  std::string vram;
 };
 
 int run_bench(const BenchOptions& o) {
@@ -42,6 +45,8 @@ int run_bench(const BenchOptions& o) {
   bo.n_ctx = n_ctx;
   bo.threads = o.threads;
   bo.force_cpu = o.cpu;
+  bo.gpu = o.gpu;
+  if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
   auto backend = engine::make_backend(*model, bo);
 
   uint64_t params = 0;
@@ -82,6 +87,8 @@ void register_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: every core)");
   cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
+  cmd->add_option("--gpu", opts->gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
+  cmd->add_option("--vram", opts->vram, "Cap the GPU memory budget, e.g. 24G to plan as on a Tesla M40");
   cmd->callback([opts] { set_command_action([opts] { return run_bench(*opts); }); });
 }
 

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "engine/backend_factory.h"
+#include "common/memory_size.h"
 #include "engine/generator.h"
 #include "tokenizer/vocab.h"
 
@@ -27,6 +28,8 @@ struct RunOptions {
   int ctx = 0;
   unsigned threads = 0;
   bool cpu = false;
+  int gpu = -1;
+  std::string vram;
   bool verbose = false;
   bool ignore_eos = false;
   bool raw = false;
@@ -58,6 +61,8 @@ int run_run(RunOptions o) {
   bo.n_ctx = o.ctx;
   bo.threads = o.threads;
   bo.force_cpu = o.cpu;
+  bo.gpu = o.gpu;
+  if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
   if (o.kv_type == "f32") bo.kv_type = backend::KvType::F32;
   else if (o.kv_type != "f16") throw Error("--kv-type must be f16 or f32");
   auto backend = engine::make_backend(*model, bo);
@@ -150,6 +155,8 @@ void register_run_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", opts->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--raw", opts->raw, "Tokenize PROMPT as it is instead of rendering it through the chat template");
   cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
+  cmd->add_option("--gpu", opts->gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
+  cmd->add_option("--vram", opts->vram, "Cap the GPU memory budget, e.g. 24G to plan as on a Tesla M40");
   cmd->add_flag("--verbose", opts->verbose, "Print timings (prompt and generation speed) to stderr afterwards");
   cmd->add_option("--logits-out", opts->logits_out,
                   "Write the float32 logits of the last prompt position to this file");

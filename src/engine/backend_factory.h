@@ -15,12 +15,18 @@ struct BackendOptions {
   backend::KvType kv_type = backend::KvType::F16;
   unsigned threads = 0;   // CPU threads, 0: every core
   bool force_cpu = false; // --cpu
+  int gpu = -1;           // --gpu N; -1: $M40_LLM_DEVICE, else 0
+  uint64_t vram_budget = 0;  // --vram; 0: the GPU's free memory
 };
+
+// True when this build has the CUDA backend and a GPU is present.
+bool gpu_available();
 
 // The context size a request for `requested` tokens gets (0 = default), with
 // a warning on stderr when it exceeds what the model was trained for.
 int resolve_context_size(const model::LoadedModel& model, int requested);
 
+// The CUDA backend when a GPU is present (and not force_cpu), else the CPU.
 std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, const BackendOptions& options);
 
 }  // namespace m40::engine

@@ -5,20 +5,21 @@
 #include <filesystem>
 
 #include "backends/cuda/memory_plan.h"
+#include "common/memory_size.h"
 #include "model/loaded_model.h"
 #include "test_paths.h"
 
 using namespace m40;
 
 TEST(MemoryPlan, ParsesSizesInBinaryUnits) {
-  EXPECT_EQ(cuda::parse_memory_size("24G"), 24ull << 30);
-  EXPECT_EQ(cuda::parse_memory_size("24GiB"), 24ull << 30);
-  EXPECT_EQ(cuda::parse_memory_size("512m"), 512ull << 20);
-  EXPECT_EQ(cuda::parse_memory_size("1.5G"), 3ull << 29);
-  EXPECT_EQ(cuda::parse_memory_size("4096"), 4096u);
-  EXPECT_THROW(cuda::parse_memory_size("lots"), Error);
-  EXPECT_THROW(cuda::parse_memory_size("12X"), Error);
-  EXPECT_THROW(cuda::parse_memory_size("-3G"), Error);
+  EXPECT_EQ(parse_memory_size("24G"), 24ull << 30);
+  EXPECT_EQ(parse_memory_size("24GiB"), 24ull << 30);
+  EXPECT_EQ(parse_memory_size("512m"), 512ull << 20);
+  EXPECT_EQ(parse_memory_size("1.5G"), 3ull << 29);
+  EXPECT_EQ(parse_memory_size("4096"), 4096u);
+  EXPECT_THROW(parse_memory_size("lots"), Error);
+  EXPECT_THROW(parse_memory_size("12X"), Error);
+  EXPECT_THROW(parse_memory_size("-3G"), Error);
 }
 
 TEST(MemoryPlan, CountsWeightsKvCacheAndScratch) {

@@ -29,9 +29,6 @@ struct PlanShape {
 
 MemoryPlan plan_memory(const model::LlamaHparams& hparams, const model::LlamaWeights& weights, const PlanShape& shape);
 
-// Parses sizes such as "24G", "24GiB", "512M", "1.5G" (binary units), for --vram.
-uint64_t parse_memory_size(const std::string& text);
-
 // Throws m40::Error saying what is needed against what is available when
 // the plan does not fit in `available` bytes.
 void check_plan_fits(const MemoryPlan& plan, uint64_t available, const std::string& where);

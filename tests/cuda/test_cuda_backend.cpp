@@ -1,0 +1,204 @@
+// The CUDA backend against the CPU engine on every shared model: logits at
+// every prompt position, greedy continuations through the graph-replayed
+// decode path, several sequences in one batch, prompts longer than one
+// chunk, and the memory-plan refusal. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/device.h"
+#include "model/loaded_model.h"
+#include "test_paths.h"
+
+using namespace m40;
+
+namespace {
+
+bool have_gpu() { return cuda::device_count() > 0; }
+
+float max_abs_diff(const float* a, const float* b, size_t n) {
+  float d = 0;
+  for (size_t i = 0; i < n; ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+size_t argmax(const float* v, size_t n) { return static_cast<size_t>(std::max_element(v, v + n) - v); }
+
+// The two largest logits' gap: below the comparison tolerance, either choice is right.
+float top_margin(const std::vector<float>& v) {
+  std::vector<float> s(v);
+  std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
+  return s[0] - s[1];
+}
+
+std::vector<std::string> shared_models() {
+  return {"synthetic/tiny-llama-rand-F32.gguf",    "synthetic/tiny-llama-rand-F16.gguf",
+          "synthetic/tiny-llama-rand-Q8_0.gguf",   "synthetic/tiny-llama-rand-Q4_0.gguf",
+          "synthetic/tiny-llama-rand-Q4_K_M.gguf", "TinyStories-656K-Q8_0.gguf",
+          "TinyStories-656K-Q2_K.gguf",            "llama-2-tiny-random.gguf"};
+}
+
+// Both engines compute in FP32 from identically dequantized weights and FP16
+// K/V; they differ only in summation order, so their logits agree far inside
+// the tolerance the CPU engine keeps against llama.cpp (2e-2).
+constexpr float kTolerance = 2e-3f;
+
+class CudaVsCpu : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
+    auto path = test::shared_model(GetParam());
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared model missing: " << path;
+    model_ = model::LoadedModel::open(path.string());
+  }
+  std::unique_ptr<cpu::CpuBackend> cpu_backend(int n_ctx, int n_seq = 1) {
+    cpu::CpuBackendOptions o;
+    o.n_ctx = n_ctx;
+    o.n_seq = n_seq;
+    return std::make_unique<cpu::CpuBackend>(model_->hparams, model_->weights, o);
+  }
+  std::unique_ptr<cuda::CudaBackend> gpu_backend(int n_ctx, int n_seq = 1, int max_batch = 512) {
+    cuda::CudaBackendOptions o;
+    o.n_ctx = n_ctx;
+    o.n_seq = n_seq;
+    o.max_batch = max_batch;
+    return std::make_unique<cuda::CudaBackend>(model_->hparams, model_->weights, o);
+  }
+  std::vector<int32_t> prompt(int n) const {
+    std::vector<int32_t> ids;
+    const int32_t n_vocab = static_cast<int32_t>(model_->hparams.n_vocab);
+    for (int i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((1 + 7919ull * i * i + 104729ull * i) % n_vocab));
+    return ids;
+  }
+  std::unique_ptr<model::LoadedModel> model_;
+};
+
+}  // namespace
+
+TEST_P(CudaVsCpu, LogitsAtEveryPromptPosition) {
+  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
+  const auto ids = prompt(24);
+  backend::Batch batch;
+  for (size_t i = 0; i < ids.size(); ++i) batch.add(ids[i], static_cast<int>(i), 0, true);
+  std::vector<float> cpu(ids.size() * n_vocab), gpu(ids.size() * n_vocab, NAN);
+  cpu_backend(64)->forward(batch, cpu);
+  gpu_backend(64)->forward(batch, gpu);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_LE(max_abs_diff(cpu.data() + i * n_vocab, gpu.data() + i * n_vocab, n_vocab), kTolerance) << "position " << i;
+  }
+}
+
+TEST_P(CudaVsCpu, GreedyDecodeThroughGraphsMatchesUpToANearTie) {
+  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
+  auto cpu = cpu_backend(96);
+  auto gpu = gpu_backend(96);
+  const auto ids = prompt(8);
+  backend::Batch batch;
+  for (size_t i = 0; i < ids.size(); ++i) batch.add(ids[i], static_cast<int>(i), 0, i + 1 == ids.size());
+  std::vector<float> lc(n_vocab), lg(n_vocab, NAN);
+  cpu->forward(batch, lc);
+  gpu->forward(batch, lg);
+  int pos = static_cast<int>(ids.size());
+  for (int step = 0; step < 48; ++step) {
+    ASSERT_LE(max_abs_diff(lc.data(), lg.data(), n_vocab), kTolerance) << "step " << step;
+    if (top_margin(lc) < 2 * kTolerance) break;  // a legitimate tie from here on
+    const auto next = static_cast<int32_t>(argmax(lc.data(), n_vocab));
+    ASSERT_EQ(argmax(lg.data(), n_vocab), static_cast<size_t>(next)) << "step " << step;
+    batch.clear();
+    batch.add(next, pos++, 0, true);
+    std::fill(lg.begin(), lg.end(), NAN);
+    cpu->forward(batch, lc);
+    gpu->forward(batch, lg);
+  }
+}
+
+TEST_P(CudaVsCpu, SeveralSequencesInOneDecodeBatch) {
+  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
+  const int n_seq = 3;
+  auto cpu = cpu_backend(64, n_seq);
+  auto gpu = gpu_backend(64, n_seq);
+  const auto ids = prompt(30);
+  // Prompts of different lengths, one per sequence, then three decode steps
+  // where each sequence advances by one token.
+  backend::Batch batch;
+  int lengths[n_seq] = {5, 9, 2};
+  for (int s = 0; s < n_seq; ++s) {
+    for (int i = 0; i < lengths[s]; ++i) batch.add(ids[s * 10 + i], i, s, false);
+  }
+  std::vector<float> unused;
+  cpu->forward(batch, unused);
+  gpu->forward(batch, unused);
+  for (int step = 0; step < 3; ++step) {
+    batch.clear();
+    for (int s = 0; s < n_seq; ++s) batch.add(ids[s * 10 + lengths[s]], lengths[s], s, true), ++lengths[s];
+    std::vector<float> lc(n_seq * n_vocab), lg(n_seq * n_vocab, NAN);
+    cpu->forward(batch, lc);
+    gpu->forward(batch, lg);
+    for (int s = 0; s < n_seq; ++s) {
+      EXPECT_LE(max_abs_diff(lc.data() + s * n_vocab, lg.data() + s * n_vocab, n_vocab), kTolerance)
+          << "step " << step << " sequence " << s;
+    }
+  }
+}
+
+TEST_P(CudaVsCpu, PromptsLongerThanOneChunk) {
+  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
+  const auto ids = prompt(45);
+  backend::Batch batch;
+  for (size_t i = 0; i < ids.size(); ++i) batch.add(ids[i], static_cast<int>(i), 0, i % 11 == 0 || i + 1 == ids.size());
+  const size_t rows = batch.logits_count();
+  std::vector<float> cpu(rows * n_vocab), gpu(rows * n_vocab, NAN);
+  cpu_backend(64)->forward(batch, cpu);
+  gpu_backend(64, 1, 16)->forward(batch, gpu);  // chunks of 16 tokens
+  for (size_t r = 0; r < rows; ++r) {
+    EXPECT_LE(max_abs_diff(cpu.data() + r * n_vocab, gpu.data() + r * n_vocab, n_vocab), kTolerance) << "row " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedModels, CudaVsCpu, ::testing::ValuesIn(shared_models()), [](const auto& param_info) {
+  std::string s = std::filesystem::path(param_info.param).stem().string();
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+});
+
+TEST(CudaBackend, AModelOverTheBudgetIsRefusedWithTheNumbers) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
+  auto path = test::shared_model("synthetic/tiny-llama-rand-F32.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared model missing";
+  auto model = model::LoadedModel::open(path.string());
+  cuda::CudaBackendOptions o;
+  o.n_ctx = 512;
+  o.vram_budget = 8ull << 20;  // 8 MiB: the F32 weights alone are 10 MB
+  try {
+    cuda::CudaBackend backend(model->hparams, model->weights, o);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("0.01 GiB is available"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaBackend, BadBatchesAreRefusedBeforeAnyGpuWork) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
+  auto path = test::shared_model("TinyStories-656K-Q8_0.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared model missing";
+  auto model = model::LoadedModel::open(path.string());
+  cuda::CudaBackendOptions o;
+  o.n_ctx = 8;
+  cuda::CudaBackend backend(model->hparams, model->weights, o);
+  std::vector<float> logits(model->hparams.n_vocab);
+  backend::Batch b;
+  b.add(99999, 0, 0, true);
+  EXPECT_THROW(backend.forward(b, logits), Error);
+  b.clear();
+  b.add(1, 8, 0, true);
+  EXPECT_THROW(backend.forward(b, logits), Error);
+  b.clear();
+  b.add(1, 0, 0, true);
+  EXPECT_NO_THROW(backend.forward(b, logits));
+  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
+}
