@@ -275,6 +275,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   const auto after = Clock::now();
 
   uint64_t generated = 0;
+  // Requests that end this step; their Done events go out after the counters
+  // are updated, so a client that sees the end also sees it counted.
+  std::vector<std::pair<Slot*, FinishReason>> ended;
   for (auto& s : slots) {
     if (!s || s->logits_row < 0) continue;
     Slot& slot = *s;
@@ -284,7 +287,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       slot.decoding = true;
       slot.generate_start = after;
       if (params.max_tokens == 0) {
-        finish(slot, FinishReason::MaxTokens);
+        ended.emplace_back(&slot, FinishReason::MaxTokens);
         continue;
       }
     }
@@ -293,7 +296,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     const int32_t token = slot.request->sampler->sample(row);
     slot.request->sampler->accept(token);
     if (!params.ignore_eos && vocab_.is_end_of_generation(token)) {
-      finish(slot, FinishReason::EndOfGeneration);
+      ended.emplace_back(&slot, FinishReason::EndOfGeneration);
       continue;
     }
     ++slot.timings.generated_tokens;
@@ -303,19 +306,22 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     std::string shown = slot.stops.push(text);
     if (!shown.empty()) slot.request->stream->push(StreamEvent::piece(std::move(shown)));
     if (slot.stops.stopped()) {
-      finish(slot, FinishReason::StopString);
+      ended.emplace_back(&slot, FinishReason::StopString);
     } else if (slot.pos >= n_ctx_) {
-      finish(slot, FinishReason::ContextFull);
+      ended.emplace_back(&slot, FinishReason::ContextFull);
     } else if (params.max_tokens >= 0 && slot.timings.generated_tokens >= params.max_tokens) {
-      finish(slot, FinishReason::MaxTokens);
+      ended.emplace_back(&slot, FinishReason::MaxTokens);
     } else {
       slot.next_token = token;
     }
   }
-  std::lock_guard lock(mutex_);
-  ++stats_.steps;
-  stats_.prompt_tokens += prompt_tokens;
-  stats_.generated_tokens += generated;
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.steps;
+    stats_.prompt_tokens += prompt_tokens;
+    stats_.generated_tokens += generated;
+  }
+  for (auto [slot, reason] : ended) finish(*slot, reason);
 }
 
 }  // namespace m40::engine

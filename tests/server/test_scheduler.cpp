@@ -1,0 +1,203 @@
+// The engine loop on its own, over a recording fake backend: what each step
+// batches (decode tokens of every generating slot plus bounded prompt
+// chunks), admission, cancellation, limits and refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "engine/scheduler.h"
+#include "test_paths.h"
+
+using namespace m40;
+
+namespace {
+
+// Answers every step with logits that make `favorite` the argmax, records
+// each batch, and can be slowed down.
+class RecordingBackend : public backend::Backend {
+ public:
+  RecordingBackend(int n_vocab, int n_ctx, int n_seq, int32_t favorite)
+      : n_vocab_(n_vocab), n_ctx_(n_ctx), n_seq_(n_seq), favorite_(favorite) {}
+  std::string name() const override { return "recording"; }
+  int n_ctx() const override { return n_ctx_; }
+  int n_seq_max() const override { return n_seq_; }
+  int n_vocab() const override { return n_vocab_; }
+  void forward(const backend::Batch& batch, std::span<float> logits) override {
+    {
+      std::lock_guard lock(mutex_);
+      batches_.push_back(batch);
+    }
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    for (size_t r = 0; r < batch.logits_count(); ++r) logits[r * n_vocab_ + favorite_] = 10.0f;
+    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  }
+  std::vector<backend::Batch> batches() const {
+    std::lock_guard lock(mutex_);
+    return batches_;
+  }
+  int delay_ms = 0;
+
+ private:
+  int n_vocab_, n_ctx_, n_seq_;
+  int32_t favorite_;
+  mutable std::mutex mutex_;
+  std::vector<backend::Batch> batches_;
+};
+
+struct Collected {
+  std::string text;
+  engine::StreamEvent end;
+};
+
+Collected drain(engine::RequestStream& stream) {
+  Collected out;
+  std::vector<engine::StreamEvent> events;
+  for (int i = 0; i < 300; ++i) {  // at most 30 s
+    events.clear();
+    if (!stream.wait(std::chrono::milliseconds(100), events)) continue;
+    for (auto& e : events) {
+      if (e.kind == engine::StreamEvent::Kind::Text) {
+        out.text += e.text;
+      } else {
+        out.end = e;
+        return out;
+      }
+    }
+  }
+  ADD_FAILURE() << "the stream did not end";
+  return out;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto path = test::shared_model("TinyStories-656K-Q8_0.gguf");
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared models not found";
+    vocab_ = std::make_unique<tokenizer::Vocab>(tokenizer::Vocab::from_file(path.string()));
+    favorite_ = vocab_->encode("the", {.add_special = false})[0];
+  }
+  engine::RequestParams request(int prompt_tokens, int max_tokens) const {
+    engine::RequestParams p;
+    p.prompt.assign(static_cast<size_t>(prompt_tokens), favorite_);
+    p.sampler.temperature = 0;
+    p.max_tokens = max_tokens;
+    return p;
+  }
+  std::unique_ptr<tokenizer::Vocab> vocab_;
+  int32_t favorite_ = 0;
+};
+
+}  // namespace
+
+TEST_F(SchedulerTest, ALongPromptIsChunkedAndNeverStallsARunningStream) {
+  RecordingBackend backend(static_cast<int>(vocab_->size()), 1024, 2, favorite_);
+  backend.delay_ms = 1;
+  engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 64});
+  auto running = scheduler.submit(request(5, 100));
+  // Let the first stream start generating, then send a 600-token prompt.
+  std::vector<engine::StreamEvent> first;
+  ASSERT_TRUE(running->wait(std::chrono::seconds(10), first));
+  auto long_prompt = scheduler.submit(request(600, 3));
+  const auto a = drain(*running);
+  const auto b = drain(*long_prompt);
+  EXPECT_EQ(a.end.kind, engine::StreamEvent::Kind::Done);
+  EXPECT_EQ(a.end.timings.generated_tokens, 100);
+  EXPECT_EQ(b.end.timings.generated_tokens, 3);
+  EXPECT_EQ(b.end.timings.prompt_tokens, 600);
+
+  // Every step while both were busy held one decode token of the running
+  // stream and at most 64 prompt tokens.
+  int mixed_steps = 0;
+  for (const auto& batch : backend.batches()) {
+    // Slot 0 holds the running stream (prompt 5), slot 1 the long prompt.
+    int prompt_tokens = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch.positions[i] < (batch.seq_ids[i] == 0 ? 5 : 600)) ++prompt_tokens;
+    }
+    EXPECT_LE(prompt_tokens, 64);
+    const bool has0 = std::count(batch.seq_ids.begin(), batch.seq_ids.end(), 0) > 0;
+    const bool has1 = std::count(batch.seq_ids.begin(), batch.seq_ids.end(), 1) > 0;
+    if (has0 && has1) ++mixed_steps;
+  }
+  EXPECT_GE(mixed_steps, 600 / 64);  // the long prompt's chunks rode along with decode tokens
+  const auto stats = scheduler.stats();
+  EXPECT_EQ(stats.requests_total, 2u);
+  EXPECT_EQ(stats.generated_tokens, 103u);
+  EXPECT_EQ(stats.prompt_tokens, 605u);
+}
+
+TEST_F(SchedulerTest, PositionsRestartForEachRequestInASlot) {
+  RecordingBackend backend(static_cast<int>(vocab_->size()), 64, 1, favorite_);
+  engine::Scheduler scheduler(backend, *vocab_);
+  drain(*scheduler.submit(request(4, 2)));
+  drain(*scheduler.submit(request(3, 2)));
+  const auto batches = backend.batches();
+  ASSERT_GE(batches.size(), 4u);
+  // First request: prompt at 0..3, then one decode at 4. Second: prompt at 0..2.
+  EXPECT_EQ(batches[0].positions, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(batches[1].positions, (std::vector<int32_t>{4}));
+  EXPECT_EQ(batches[2].positions, (std::vector<int32_t>{0, 1, 2}));
+}
+
+TEST_F(SchedulerTest, LimitsAndContextEndTheAnswerWithLength) {
+  RecordingBackend backend(static_cast<int>(vocab_->size()), 16, 1, favorite_);
+  engine::Scheduler scheduler(backend, *vocab_);
+  const auto limited = drain(*scheduler.submit(request(4, 5)));
+  EXPECT_EQ(limited.end.finish_reason, engine::FinishReason::MaxTokens);
+  EXPECT_EQ(limited.end.timings.generated_tokens, 5);
+  const auto none = drain(*scheduler.submit(request(4, 0)));
+  EXPECT_EQ(none.end.finish_reason, engine::FinishReason::MaxTokens);
+  EXPECT_EQ(none.end.timings.generated_tokens, 0);
+  EXPECT_TRUE(none.text.empty());
+  const auto full = drain(*scheduler.submit(request(4, -1)));
+  EXPECT_EQ(full.end.finish_reason, engine::FinishReason::ContextFull);
+  EXPECT_EQ(full.end.timings.generated_tokens, 16 - 4 + 1);  // as engine::Generator: the last token is not fed
+}
+
+TEST_F(SchedulerTest, RefusesWhatCannotBeServed) {
+  RecordingBackend backend(static_cast<int>(vocab_->size()), 32, 1, favorite_);
+  backend.delay_ms = 20;
+  engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 1, .prefill_chunk = 256});
+  using R = engine::RequestRejected::Reason;
+  auto reason = [&](engine::RequestParams p) {
+    try {
+      scheduler.submit(std::move(p));
+    } catch (const engine::RequestRejected& e) {
+      return e.reason();
+    }
+    return static_cast<R>(-1);
+  };
+  EXPECT_EQ(reason(request(32, 1)), R::Invalid);  // no room for a new token
+  EXPECT_EQ(reason(request(0, 1)), R::Invalid);
+  auto bad_token = request(3, 1);
+  bad_token.prompt[1] = static_cast<int32_t>(vocab_->size());
+  EXPECT_EQ(reason(bad_token), R::Invalid);
+  auto bad_sampler = request(3, 1);
+  bad_sampler.sampler.repeat_penalty = -1;
+  EXPECT_EQ(reason(bad_sampler), R::Invalid);
+
+  auto a = scheduler.submit(request(3, 20));  // takes the slot
+  auto b = scheduler.submit(request(3, 20));  // waits
+  EXPECT_EQ(reason(request(3, 1)), R::QueueFull);
+  a->cancel();
+  b->cancel();
+  EXPECT_EQ(drain(*a).end.finish_reason, engine::FinishReason::Cancelled);
+  EXPECT_EQ(drain(*b).end.finish_reason, engine::FinishReason::Cancelled);
+  EXPECT_EQ(drain(*scheduler.submit(request(3, 2))).end.timings.generated_tokens, 2);
+  scheduler.stop();
+  EXPECT_EQ(reason(request(3, 1)), R::ShuttingDown);
+}
+
+TEST_F(SchedulerTest, StopEndsRunningRequestsWithAnError) {
+  RecordingBackend backend(static_cast<int>(vocab_->size()), 512, 1, favorite_);
+  backend.delay_ms = 5;
+  engine::Scheduler scheduler(backend, *vocab_);
+  auto running = scheduler.submit(request(3, 400));
+  std::vector<engine::StreamEvent> first;
+  ASSERT_TRUE(running->wait(std::chrono::seconds(10), first));
+  scheduler.stop();
+  EXPECT_EQ(drain(*running).end.kind, engine::StreamEvent::Kind::Failed);
+}
