@@ -18,6 +18,9 @@ void register_tokenize_command(CLI::App& app);
 void register_bench_command(CLI::App& app);
 void register_run_command(CLI::App& app);
 void register_chat_template_command(CLI::App& app);
+void register_pull_command(CLI::App& app);  // pull, list, rm: the model store
+void register_list_command(CLI::App& app);
+void register_rm_command(CLI::App& app);
 void register_serve_command(CLI::App& app);
 
 // Registers the action of the subcommand being defined; run_selected_command

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   m40::cli::register_run_command(app);
   m40::cli::register_bench_command(app);
   m40::cli::register_chat_template_command(app);
+  m40::cli::register_pull_command(app);
+  m40::cli::register_list_command(app);
+  m40::cli::register_rm_command(app);
   m40::cli::register_serve_command(app);
 
   try {

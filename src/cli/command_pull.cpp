@@ -1,0 +1,56 @@
+// `m40-llm pull REF [--name NAME]`: a model into the store from a URL, from
+// Hugging Face (hf.co/ORG/REPO[:QUANT], ORG/REPO/FILE.gguf) or from a file.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli/commands.h"
+#include "store/pull.h"
+
+namespace m40::cli {
+
+namespace {
+
+struct PullCommandOptions {
+  std::string ref;
+  std::string name;
+};
+
+int run_pull(const PullCommandOptions& opts) {
+  const store::Store store = store::Store::from_environment();
+  store::PullOptions options;
+  options.ref = opts.ref;
+  if (!opts.name.empty()) options.name = opts.name;
+  options.terminal = ::isatty(STDERR_FILENO) != 0;
+  const store::PullResult result = store::pull_model(store, options);
+  std::printf("%s\n", result.manifest.model_name().str().c_str());
+  return 0;
+}
+
+}  // namespace
+
+void register_pull_command(CLI::App& app) {
+  auto opts = std::make_shared<PullCommandOptions>();
+  CLI::App* cmd = app.add_subcommand("pull", "Download a GGUF model into the model store ($M40_LLM_HOME, default ~/.m40-llm)");
+  cmd->add_option("REF", opts->ref,
+                  "A URL, hf.co/ORG/REPO[:QUANT] (default quantization Q4_K_M), ORG/REPO/FILE.gguf, or a local GGUF file")
+      ->required();
+  cmd->add_option("--name", opts->name, "Store it under this NAME[:TAG] instead of the name made from REF");
+  cmd->footer(
+      "Interrupted downloads resume where they stopped; the file is checked against the\n"
+      "sha256 the source gives and validated as GGUF before it appears in `m40-llm list`.\n"
+      "M40_LLM_HF_ENDPOINT sets the Hugging Face server, HF_TOKEN a token for gated repositories.\n"
+      "\n"
+      "Examples:\n"
+      "  m40-llm pull hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M\n"
+      "  m40-llm pull TheBloke/TinyLlama-1.1B-Chat-v1.0-GGUF/tinyllama-1.1b-chat-v1.0.Q8_0.gguf\n"
+      "  m40-llm pull https://example.com/model.gguf --name mymodel:q8_0\n"
+      "  m40-llm pull ./model.gguf --name tinystories\n");
+  cmd->callback([opts] { set_command_action([opts] { return run_pull(*opts); }); });
+}
+
+}  // namespace m40::cli

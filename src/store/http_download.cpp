@@ -1,0 +1,367 @@
+#include "store/http_download.h"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "store/sha256.h"
+
+namespace m40::store {
+
+namespace {
+
+void ensure_curl_initialized() {
+  struct Global {
+    Global() { curl_global_init(CURL_GLOBAL_DEFAULT); }
+    ~Global() { curl_global_cleanup(); }
+  };
+  static Global global;
+}
+
+class Easy {
+ public:
+  Easy() {
+    ensure_curl_initialized();
+    handle_ = curl_easy_init();
+    if (handle_ == nullptr) throw Error("cannot start libcurl");
+  }
+  ~Easy() {
+    curl_easy_cleanup(handle_);
+    curl_slist_free_all(headers_);
+  }
+  Easy(const Easy&) = delete;
+  Easy& operator=(const Easy&) = delete;
+  CURL* get() const { return handle_; }
+
+  // Options every request shares: redirects, HTTP(S) only, timeouts, and
+  // the caller's headers.
+  void setup(const std::string& url, const std::map<std::string, std::string>& headers) {
+    curl_easy_setopt(handle_, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(handle_, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(handle_, CURLOPT_MAXREDIRS, 10L);
+    curl_easy_setopt(handle_, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(handle_, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(handle_, CURLOPT_USERAGENT, kUserAgent);
+    curl_easy_setopt(handle_, CURLOPT_CONNECTTIMEOUT, 30L);
+    // A transfer that moves nothing for a minute is dead: resume it.
+    curl_easy_setopt(handle_, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(handle_, CURLOPT_LOW_SPEED_TIME, 60L);
+    curl_easy_setopt(handle_, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(handle_, CURLOPT_ERRORBUFFER, error_);
+    for (const auto& [key, value] : headers) headers_ = curl_slist_append(headers_, (key + ": " + value).c_str());
+    if (headers_ != nullptr) curl_easy_setopt(handle_, CURLOPT_HTTPHEADER, headers_);
+  }
+
+  std::string message(CURLcode code) const { return error_[0] != '\0' ? error_ : curl_easy_strerror(code); }
+  long status() const {
+    long status = 0;
+    curl_easy_getinfo(handle_, CURLINFO_RESPONSE_CODE, &status);
+    return status;
+  }
+
+ private:
+  CURL* handle_ = nullptr;
+  curl_slist* headers_ = nullptr;
+  char error_[CURL_ERROR_SIZE] = {};
+};
+
+bool is_connect_error(CURLcode code) {
+  return code == CURLE_COULDNT_RESOLVE_HOST || code == CURLE_COULDNT_RESOLVE_PROXY || code == CURLE_COULDNT_CONNECT;
+}
+
+// Failures after which the same request, resumed, may well succeed.
+bool is_transient(CURLcode code) {
+  switch (code) {
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+      return true;
+    default:
+      return is_connect_error(code);
+  }
+}
+
+std::string host_of(const std::string& url) {
+  size_t start = url.find("://");
+  start = start == std::string::npos ? 0 : start + 3;
+  const size_t end = url.find_first_of("/?#", start);
+  return url.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+NetworkError network_error(const std::string& url, CURLcode code, const std::string& message) {
+  if (is_connect_error(code)) return NetworkError("cannot reach " + host_of(url) + ": " + message + " (is the network up?)");
+  return NetworkError("request to " + host_of(url) + " failed: " + message);
+}
+
+HttpStatusError status_error(const std::string& url, long status) {
+  if (status == 404) return HttpStatusError("not found (HTTP 404): " + url, status);
+  if (status == 401 || status == 403) {
+    return HttpStatusError("access denied (HTTP " + std::to_string(status) + ") for " + url +
+                               ": the repository may be gated or private; set HF_TOKEN to a token that may read it",
+                           status);
+  }
+  return HttpStatusError("HTTP " + std::to_string(status) + " from " + url, status);
+}
+
+size_t append_to_string(char* data, size_t size, size_t count, void* user) {
+  auto* out = static_cast<std::string*>(user);
+  const size_t bytes = size * count;
+  if (out->size() + bytes > (size_t{64} << 20)) return 0;  // no listing is this big
+  out->append(data, bytes);
+  return bytes;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// The state of one download across its attempts.
+struct Transfer {
+  const DownloadRequest* request = nullptr;
+  Easy* easy = nullptr;
+  int fd = -1;
+  Sha256* hash = nullptr;
+  uint64_t offset = 0;  // bytes in the partial file, all of them hashed
+  std::optional<uint64_t> total;
+  std::optional<std::string> linked_sha256;
+
+  // Per attempt.
+  bool started = false;
+  long status = 0;
+  bool bad_range = false;
+  int write_errno = 0;
+  std::optional<uint64_t> range_start;
+  std::optional<uint64_t> range_total;
+
+  void begin_attempt() {
+    started = false;
+    status = 0;
+    bad_range = false;
+    write_errno = 0;
+    range_start.reset();
+    range_total.reset();
+  }
+
+  bool restart_from_zero() {
+    if (::ftruncate(fd, 0) != 0 || ::lseek(fd, 0, SEEK_SET) != 0) {
+      write_errno = errno;
+      return false;
+    }
+    hash->reset();
+    offset = 0;
+    return true;
+  }
+};
+
+size_t on_header(char* data, size_t size, size_t count, void* user) {
+  auto& t = *static_cast<Transfer*>(user);
+  const size_t bytes = size * count;
+  const std::string line(data, bytes);
+  if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect)
+    t.range_start.reset();
+    t.range_total.reset();
+    return bytes;
+  }
+  const size_t colon = line.find(':');
+  if (colon == std::string::npos) return bytes;
+  const std::string key = lower(trim(line.substr(0, colon)));
+  std::string value = trim(line.substr(colon + 1));
+  if (key == "x-linked-etag") {
+    value.erase(std::remove(value.begin(), value.end(), '"'), value.end());
+    if (value.rfind("W/", 0) == 0) value.erase(0, 2);
+    if (is_sha256_hex(value)) t.linked_sha256 = lower(value);
+  } else if (key == "content-range") {
+    // "bytes START-END/TOTAL"
+    unsigned long long start = 0, end = 0, total = 0;
+    if (std::sscanf(value.c_str(), "bytes %llu-%llu/%llu", &start, &end, &total) == 3) {
+      t.range_start = start;
+      t.range_total = total;
+    }
+  }
+  return bytes;
+}
+
+size_t on_body(char* data, size_t size, size_t count, void* user) {
+  auto& t = *static_cast<Transfer*>(user);
+  const size_t bytes = size * count;
+  if (!t.started) {
+    t.started = true;
+    t.status = t.easy->status();
+    if (t.status >= 400) return 0;
+    if (t.offset > 0) {
+      if (t.status == 206) {
+        if (t.range_start != t.offset) {
+          t.bad_range = true;
+          return 0;
+        }
+      } else {
+        // The server ignored the Range header: the body is the whole file.
+        if (t.request->on_notice) t.request->on_notice("the server cannot resume; starting the download over");
+        if (!t.restart_from_zero()) return 0;
+      }
+    }
+    if (t.status == 206 && t.range_total) {
+      t.total = *t.range_total;
+    } else {
+      curl_off_t length = -1;
+      curl_easy_getinfo(t.easy->get(), CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+      if (length >= 0) t.total = t.offset + static_cast<uint64_t>(length);
+    }
+    if (!t.total) t.total = t.request->expected_size;
+  }
+  size_t written = 0;
+  while (written < bytes) {
+    const ssize_t n = ::write(t.fd, data + written, bytes - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      t.write_errno = errno;
+      // What did reach the file is still hashed, so that the offset and the
+      // hash agree.
+      t.hash->update(data, written);
+      t.offset += written;
+      return 0;
+    }
+    written += static_cast<size_t>(n);
+  }
+  t.hash->update(data, bytes);
+  t.offset += bytes;
+  if (t.request->on_progress) t.request->on_progress(t.offset, t.total);
+  return bytes;
+}
+
+std::string size_text(uint64_t n) { return std::to_string(n) + " bytes"; }
+
+}  // namespace
+
+std::string http_get_text(const std::string& url, const std::map<std::string, std::string>& headers) {
+  Easy easy;
+  easy.setup(url, headers);
+  std::string body;
+  curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, append_to_string);
+  curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &body);
+  const CURLcode code = curl_easy_perform(easy.get());
+  if (code != CURLE_OK) throw network_error(url, code, easy.message(code));
+  if (easy.status() >= 400) throw status_error(url, easy.status());
+  return body;
+}
+
+DownloadResult download_file(const DownloadRequest& request) {
+  FileDescriptor fd(::open(request.partial.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (fd.get() < 0) throw DiskError("cannot create " + request.partial.string() + ": " + std::strerror(errno));
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    throw Error("another pull is already writing " + request.partial.string() + "; wait for it to finish");
+  }
+
+  Sha256 hash;
+  Transfer t;
+  t.request = &request;
+  t.fd = fd.get();
+  t.hash = &hash;
+  // What an earlier, interrupted pull left is kept and hashed: the download
+  // resumes after it.
+  t.offset = hash_file_into(hash, request.partial);
+  if (::lseek(fd.get(), static_cast<off_t>(t.offset), SEEK_SET) < 0) {
+    throw DiskError("cannot seek in " + request.partial.string() + ": " + std::strerror(errno));
+  }
+  if (request.expected_size && t.offset > *request.expected_size && !t.restart_from_zero()) {
+    throw DiskError("cannot truncate " + request.partial.string() + ": " + std::strerror(t.write_errno));
+  }
+  DownloadResult result;
+  result.resumed_from = t.offset;
+  t.total = request.expected_size;
+
+  const bool complete_already = request.expected_size && t.offset == *request.expected_size && t.offset > 0;
+  bool received_any = false;
+  for (int attempt = 1; !complete_already; ++attempt) {
+    Easy easy;
+    t.easy = &easy;
+    t.begin_attempt();
+    easy.setup(request.url, request.headers);
+    curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &t);
+    const std::string range = std::to_string(t.offset) + "-";
+    if (t.offset > 0) curl_easy_setopt(easy.get(), CURLOPT_RANGE, range.c_str());
+    const uint64_t offset_before = t.offset;
+    const CURLcode code = curl_easy_perform(easy.get());
+    if (t.offset > offset_before) received_any = true;
+    if (t.write_errno != 0) {
+      throw DiskError("cannot write " + request.partial.string() + ": " + std::strerror(t.write_errno));
+    }
+    const long status = t.started ? t.status : easy.status();
+    if (t.bad_range || (status == 416 && t.offset > 0 && !(request.expected_size && t.offset == *request.expected_size))) {
+      // The server answered another range than asked, or none fits what we
+      // hold: start over.
+      if (!t.restart_from_zero()) {
+        throw DiskError("cannot truncate " + request.partial.string() + ": " + std::strerror(t.write_errno));
+      }
+      if (attempt >= request.max_attempts) throw NetworkError("the server at " + host_of(request.url) + " cannot resume downloads correctly");
+      continue;
+    }
+    if (status == 416) break;  // we hold the whole file already
+    if (status >= 400) throw status_error(request.url, status);
+    if (code == CURLE_OK) {
+      const std::optional<uint64_t> want = request.expected_size ? request.expected_size : t.total;
+      if (!want || t.offset >= *want) break;
+      // The server ended the response early without an error: resume.
+    } else if (!is_transient(code) || (is_connect_error(code) && !received_any)) {
+      throw network_error(request.url, code, easy.message(code));
+    }
+    const std::string why = code == CURLE_OK ? std::string("the connection closed early") : easy.message(code);
+    if (attempt >= request.max_attempts) {
+      throw NetworkError("download from " + host_of(request.url) + " failed after " + std::to_string(attempt) +
+                         " attempts: " + why + "; " + size_text(t.offset) + " kept in " + request.partial.string() +
+                         ", pull again to resume");
+    }
+    if (request.on_notice) {
+      request.on_notice("connection lost at " + size_text(t.offset) + " (" + why + "); resuming, attempt " +
+                        std::to_string(attempt + 1) + " of " + std::to_string(request.max_attempts));
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(request.retry_delay_s * attempt));
+  }
+  if (::fsync(fd.get()) != 0 && errno != EINVAL) {
+    throw DiskError("cannot write " + request.partial.string() + ": " + std::strerror(errno));
+  }
+  result.size = t.offset;
+  result.sha256 = hash.hex_digest();
+  result.linked_sha256 = t.linked_sha256;
+  return result;
+}
+
+}  // namespace m40::store

@@ -1,0 +1,67 @@
+// HTTP(S) through libcurl: small GETs (API listings) and resumable downloads
+// of large files into a partial file, hashed with SHA-256 as they arrive.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/error.h"
+
+namespace m40::store {
+
+// An HTTP error status (404, 401, ...) from the server.
+class HttpStatusError : public Error {
+ public:
+  HttpStatusError(const std::string& what, long status) : Error(what), status_(status) {}
+  long status() const { return status_; }
+
+ private:
+  long status_;
+};
+
+// The network failed (no route, DNS, refused, dropped too often).
+class NetworkError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The local disk refused a write (full, read-only, permission, file size limit).
+class DiskError : public Error {
+ public:
+  using Error::Error;
+};
+
+// GET a URL into memory (redirects followed); throws HttpStatusError for
+// status >= 400 and NetworkError when the server cannot be reached.
+std::string http_get_text(const std::string& url, const std::map<std::string, std::string>& headers = {});
+
+struct DownloadRequest {
+  std::string url;
+  std::filesystem::path partial;         // appended to when it exists (resume)
+  std::optional<uint64_t> expected_size;  // when known: done at this size
+  std::map<std::string, std::string> headers;
+  int max_attempts = 6;                  // a dropped connection resumes this many times
+  double retry_delay_s = 0.5;            // grows with each attempt
+  // Called with (bytes in the partial file, total when known).
+  std::function<void(uint64_t, std::optional<uint64_t>)> on_progress;
+  // Called when a dropped transfer is about to resume.
+  std::function<void(const std::string&)> on_notice;
+};
+
+struct DownloadResult {
+  uint64_t size = 0;
+  std::string sha256;                    // of the whole partial file
+  std::optional<std::string> linked_sha256;  // from X-Linked-Etag (Hugging Face)
+  uint64_t resumed_from = 0;             // bytes already there at the start
+};
+
+DownloadResult download_file(const DownloadRequest& request);
+
+// User-Agent sent with every request.
+inline constexpr const char* kUserAgent = "m40-llm/0.1";
+
+}  // namespace m40::store

@@ -1,0 +1,150 @@
+#include "store/huggingface.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <set>
+
+#include "common/error.h"
+#include "store/http_download.h"
+#include "store/model_name.h"
+#include "store/sha256.h"
+
+namespace m40::store {
+
+namespace {
+
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return s;
+}
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool is_model_gguf(const std::string& path) {
+  const std::string name = upper(base_name(path));
+  return name.size() > 5 && name.ends_with(".GGUF") && !name.starts_with("MMPROJ");
+}
+
+bool is_split_part(const std::string& path) { return upper(path).find("-OF-0") != std::string::npos; }
+
+std::string url_escape_path(const std::string& path) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string hf_endpoint() {
+  std::string endpoint = "https://huggingface.co";
+  if (const char* env = std::getenv("M40_LLM_HF_ENDPOINT"); env != nullptr && *env != '\0') endpoint = env;
+  while (endpoint.ends_with('/')) endpoint.pop_back();
+  return endpoint;
+}
+
+std::map<std::string, std::string> hf_headers() {
+  std::map<std::string, std::string> headers;
+  if (const char* token = std::getenv("HF_TOKEN"); token != nullptr && *token != '\0') {
+    headers["Authorization"] = std::string("Bearer ") + token;
+  }
+  return headers;
+}
+
+std::vector<HfFile> parse_hf_tree(const std::string& json) {
+  std::vector<HfFile> files;
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(json);
+  } catch (const std::exception& e) {
+    throw Error(std::string("the Hugging Face file listing is not valid JSON: ") + e.what());
+  }
+  if (!doc.is_array()) throw Error("the Hugging Face file listing is not a JSON array");
+  for (const auto& entry : doc) {
+    if (!entry.is_object() || entry.value("type", "") != "file" || !entry.contains("path")) continue;
+    HfFile f;
+    f.path = entry["path"].get<std::string>();
+    if (entry.contains("size") && entry["size"].is_number_unsigned()) f.size = entry["size"].get<uint64_t>();
+    if (entry.contains("lfs") && entry["lfs"].is_object()) {
+      const auto& lfs = entry["lfs"];
+      if (lfs.contains("oid") && lfs["oid"].is_string()) {
+        std::string oid = lfs["oid"].get<std::string>();
+        if (oid.starts_with("sha256:")) oid.erase(0, 7);
+        if (is_sha256_hex(oid)) f.sha256 = oid;
+      }
+      if (lfs.contains("size") && lfs["size"].is_number_unsigned()) f.size = lfs["size"].get<uint64_t>();
+    }
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
+std::vector<HfFile> hf_list_files(const std::string& org, const std::string& repo) {
+  const std::string url = hf_endpoint() + "/api/models/" + org + "/" + repo + "/tree/main?recursive=true";
+  try {
+    return parse_hf_tree(http_get_text(url, hf_headers()));
+  } catch (const HttpStatusError& e) {
+    if (e.status() == 404) throw Error("repository " + org + "/" + repo + " not found on " + hf_endpoint() + " (HTTP 404)");
+    throw;
+  }
+}
+
+std::string hf_file_url(const std::string& org, const std::string& repo, const std::string& path) {
+  return hf_endpoint() + "/" + org + "/" + repo + "/resolve/main/" + url_escape_path(path);
+}
+
+HfFile select_gguf(const std::vector<HfFile>& files, const std::string& quant, const std::string& repo_label) {
+  std::vector<const HfFile*> ggufs;
+  for (const auto& f : files) {
+    if (is_model_gguf(f.path)) ggufs.push_back(&f);
+  }
+  if (ggufs.empty()) throw Error(repo_label + " holds no GGUF file");
+  if (quant.empty() && ggufs.size() == 1) return *ggufs.front();
+  const std::string want = upper(quant.empty() ? std::string(kDefaultQuant) : quant);
+
+  const auto pick = [&](auto matches) -> const HfFile* {
+    std::vector<const HfFile*> found;
+    for (const HfFile* f : ggufs) {
+      if (matches(*f)) found.push_back(f);
+    }
+    if (found.empty()) return nullptr;
+    // One file rather than the parts of a split one; then the shortest path
+    // (the repository's main copy rather than one in a subfolder).
+    std::stable_sort(found.begin(), found.end(), [](const HfFile* a, const HfFile* b) {
+      return std::make_pair(is_split_part(a->path), a->path.size()) < std::make_pair(is_split_part(b->path), b->path.size());
+    });
+    if (is_split_part(found.front()->path)) {
+      throw Error("the " + want + " model in " + repo_label + " is split into several files (" + base_name(found.front()->path) +
+                  "), which m40-llm cannot load yet");
+    }
+    return found.front();
+  };
+  const HfFile* chosen = pick([&](const HfFile& f) { return quant_from_file_name(base_name(f.path)) == want; });
+  if (chosen == nullptr) chosen = pick([&](const HfFile& f) { return upper(base_name(f.path)).find(want) != std::string::npos; });
+  if (chosen != nullptr) return *chosen;
+
+  std::set<std::string> available;
+  for (const HfFile* f : ggufs) {
+    const std::string q = quant_from_file_name(base_name(f->path));
+    available.insert(q.empty() ? base_name(f->path) : q);
+  }
+  std::string list;
+  for (const auto& q : available) list += (list.empty() ? "" : ", ") + q;
+  throw Error("no " + want + " GGUF file in " + repo_label + "; it has: " + list);
+}
+
+}  // namespace m40::store

@@ -1,0 +1,37 @@
+// Hugging Face: a repository's file listing and the choice of one GGUF file
+// in it by quantization ("Q4_K_M"), as `ollama pull hf.co/ORG/REPO:QUANT`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace m40::store {
+
+inline constexpr const char* kDefaultQuant = "Q4_K_M";
+
+struct HfFile {
+  std::string path;  // inside the repository
+  uint64_t size = 0;
+  std::optional<std::string> sha256;  // the LFS oid
+};
+
+// $M40_LLM_HF_ENDPOINT, else https://huggingface.co; no trailing '/'.
+std::string hf_endpoint();
+// Authorization from $HF_TOKEN, when set.
+std::map<std::string, std::string> hf_headers();
+
+// Parses GET {endpoint}/api/models/ORG/REPO/tree/main.
+std::vector<HfFile> parse_hf_tree(const std::string& json);
+// Fetches and parses it; a missing repository is a one-line m40::Error.
+std::vector<HfFile> hf_list_files(const std::string& org, const std::string& repo);
+std::string hf_file_url(const std::string& org, const std::string& repo, const std::string& path);
+
+// The GGUF file for a quantization (case-insensitive): the file whose name
+// carries it as a token, else contains it. With `quant` empty: Q4_K_M, or
+// the only GGUF file. Throws m40::Error listing the quantizations there are.
+HfFile select_gguf(const std::vector<HfFile>& files, const std::string& quant, const std::string& repo_label);
+
+}  // namespace m40::store

@@ -1,0 +1,16 @@
+// The one call other commands (`run`, `show`, `bench`, `serve`) need from the
+// store: a model reference -> the GGUF file to load.
+#pragma once
+
+#include <string>
+
+namespace m40::store {
+
+// An existing file path is returned as given; otherwise `ref` is read as a
+// store name ("tinystories:q8_0", "hf.co/ORG/REPO:Q4_K_M"; tag "latest" when
+// left out) and the path of its model.gguf under $M40_LLM_HOME is returned.
+// Throws m40::Error "model 'x' not found: pull it with m40-llm pull x" when
+// neither exists.
+std::string resolve_model(const std::string& ref);
+
+}  // namespace m40::store

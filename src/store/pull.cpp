@@ -1,0 +1,276 @@
+#include "store/pull.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <vector>
+
+#include "common/error.h"
+#include "store/huggingface.h"
+#include "store/http_download.h"
+#include "store/progress.h"
+#include "store/sha256.h"
+
+namespace m40::store {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find(sep, start);
+    parts.push_back(text.substr(start, end - start));
+    if (end == std::string::npos) return parts;
+    start = end + 1;
+  }
+}
+
+bool ends_with_gguf(const std::string& s) {
+  if (s.size() < 5) return false;
+  std::string tail = s.substr(s.size() - 5);
+  for (auto& c : tail) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return tail == ".gguf";
+}
+
+std::string stem_of(const std::string& file) {
+  std::string name = file.substr(file.rfind('/') == std::string::npos ? 0 : file.rfind('/') + 1);
+  if (ends_with_gguf(name)) name.resize(name.size() - 5);
+  return name;
+}
+
+// Org and repo names on Hugging Face: letters, digits, '-', '_', '.'.
+bool valid_hf_part(const std::string& s) { return !s.empty() && try_parse_model_name(s + ":x").has_value(); }
+
+PullRef hf_repo_ref(const std::string& ref, const std::string& body) {
+  // body: ORG/REPO[:QUANT] or ORG/REPO/PATH.gguf
+  PullRef r;
+  std::string path = body;
+  if (const size_t colon = body.rfind(':'); colon != std::string::npos && body.find('/', colon) == std::string::npos) {
+    path = body.substr(0, colon);
+    r.quant = body.substr(colon + 1);
+  }
+  auto parts = split(path, '/');
+  if (parts.size() < 2 || !valid_hf_part(parts[0]) || !valid_hf_part(parts[1])) {
+    throw Error("cannot read '" + ref + "' as a Hugging Face reference: use hf.co/ORG/REPO[:QUANT] or ORG/REPO/FILE.gguf");
+  }
+  r.org = parts[0];
+  r.repo = parts[1];
+  const std::string repo_name = "hf.co/" + r.org + "/" + r.repo;
+  if (parts.size() == 2) {
+    r.kind = SourceKind::HuggingFaceRepo;
+    r.default_name = parse_model_name(repo_name + ":" + (r.quant.empty() ? std::string(kDefaultTag) : r.quant));
+    return r;
+  }
+  r.kind = SourceKind::HuggingFaceFile;
+  r.file = path.substr(r.org.size() + r.repo.size() + 2);
+  if (!ends_with_gguf(r.file) || !r.quant.empty()) {
+    throw Error("cannot read '" + ref + "': a file in a Hugging Face repository must end in .gguf");
+  }
+  std::string tag = quant_from_file_name(stem_of(r.file) + ".gguf");
+  if (tag.empty()) tag = sanitize_name_component(stem_of(r.file));
+  r.default_name = {repo_name, tag};
+  return r;
+}
+
+void remove_empty_dirs(const Store& store, const ModelName& name) {
+  std::error_code ec;
+  fs::path dir = store.model_dir(name);
+  while (dir != store.models_dir() && dir.has_parent_path()) {
+    if (!fs::is_directory(dir, ec) || !fs::is_empty(dir, ec) || ec) break;
+    fs::remove(dir, ec);
+    dir = dir.parent_path();
+  }
+}
+
+void remove_file(const fs::path& path) {
+  std::error_code ec;
+  fs::remove(path, ec);
+}
+
+// Copies a local file into the partial file, hashing as it goes.
+std::string copy_with_hash(const fs::path& from, const fs::path& to, Progress& progress) {
+  std::ifstream in(from, std::ios::binary);
+  if (!in) throw Error("cannot read " + from.string() + ": " + std::strerror(errno));
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  if (!out) throw DiskError("cannot create " + to.string() + ": " + std::strerror(errno));
+  std::error_code ec;
+  const uint64_t total = fs::file_size(from, ec);
+  Sha256 hash;
+  std::vector<char> buffer(1 << 20);
+  uint64_t done = 0;
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const auto got = static_cast<size_t>(in.gcount());
+    if (got == 0) break;
+    errno = 0;
+    out.write(buffer.data(), static_cast<std::streamsize>(got));
+    if (!out) throw DiskError("cannot write " + to.string() + ": " + std::strerror(errno != 0 ? errno : EIO));
+    hash.update(buffer.data(), got);
+    done += got;
+    progress.update(done, total);
+  }
+  if (in.bad()) throw Error("cannot read " + from.string());
+  out.flush();
+  if (!out) throw DiskError("cannot write " + to.string() + ": " + std::strerror(errno != 0 ? errno : EIO));
+  return hash.hex_digest();
+}
+
+std::string short_sha(const std::string& sha) { return sha.substr(0, 12); }
+
+}  // namespace
+
+PullRef parse_pull_ref(const std::string& ref) {
+  if (ref.empty()) throw Error("nothing to pull: give a URL, hf.co/ORG/REPO[:QUANT], ORG/REPO/FILE.gguf or a GGUF file");
+  if (ref.starts_with("http://") || ref.starts_with("https://")) {
+    PullRef r;
+    r.kind = SourceKind::Url;
+    r.location = ref;
+    std::string path = ref.substr(0, ref.find_first_of("?#"));
+    r.default_name = {sanitize_name_component(stem_of(path)), kDefaultTag};
+    return r;
+  }
+  std::error_code ec;
+  if (fs::exists(ref, ec)) {
+    if (!fs::is_regular_file(ref, ec)) throw Error(ref + " is not a file");
+    PullRef r;
+    r.kind = SourceKind::LocalFile;
+    r.location = ref;
+    r.default_name = {sanitize_name_component(stem_of(ref)), kDefaultTag};
+    return r;
+  }
+  for (const char* prefix : {"hf.co/", "huggingface.co/", "https://huggingface.co/"}) {
+    if (ref.starts_with(prefix)) return hf_repo_ref(ref, ref.substr(std::strlen(prefix)));
+  }
+  if (!ref.starts_with('/') && !ref.starts_with('.') && ends_with_gguf(ref) && split(ref, '/').size() >= 3) {
+    return hf_repo_ref(ref, ref);
+  }
+  if (ends_with_gguf(ref) || ref.starts_with('/') || ref.starts_with('.')) throw Error("no such file: " + ref);
+  throw Error("cannot tell where to pull '" + ref +
+              "' from: give a URL, hf.co/ORG/REPO[:QUANT], ORG/REPO/FILE.gguf or a GGUF file");
+}
+
+PullResult pull_model(const Store& store, const PullOptions& options) {
+  const PullRef ref = parse_pull_ref(options.ref);
+  const ModelName name = options.name ? parse_model_name(*options.name) : ref.default_name;
+  std::FILE* log = options.log;
+
+  // Where the bytes come from, and what the source says they must be.
+  std::string url = ref.location;
+  std::string source = ref.location;
+  std::optional<std::string> expected_sha;
+  std::optional<uint64_t> expected_size;
+  std::map<std::string, std::string> headers;
+  if (ref.kind == SourceKind::HuggingFaceRepo || ref.kind == SourceKind::HuggingFaceFile) {
+    const std::string label = "hf.co/" + ref.org + "/" + ref.repo;
+    const auto files = hf_list_files(ref.org, ref.repo);
+    HfFile chosen;
+    if (ref.kind == SourceKind::HuggingFaceRepo) {
+      chosen = select_gguf(files, ref.quant, label);
+    } else {
+      const auto it = std::find_if(files.begin(), files.end(), [&](const HfFile& f) { return f.path == ref.file; });
+      if (it == files.end()) throw Error("file " + ref.file + " not found in " + label);
+      chosen = *it;
+    }
+    url = hf_file_url(ref.org, ref.repo, chosen.path);
+    source = url;
+    expected_sha = chosen.sha256;
+    if (chosen.size > 0) expected_size = chosen.size;
+    headers = hf_headers();
+  }
+
+  const auto existing = store.find(name);
+  if (existing && expected_sha && existing->sha256 == *expected_sha) {
+    std::fprintf(log, "%s is up to date (sha256 %s)\n", name.str().c_str(), short_sha(existing->sha256).c_str());
+    return {*existing, true};
+  }
+
+  std::error_code ec;
+  fs::create_directories(store.model_dir(name), ec);
+  if (ec) throw DiskError("cannot create " + store.model_dir(name).string() + ": " + ec.message());
+  const fs::path partial = store.partial_path(name);
+
+  std::fprintf(log, "pulling %s from %s\n", name.str().c_str(), source.c_str());
+  Progress progress(name.str(), options.terminal, log);
+  std::string sha;
+  uint64_t size = 0;
+  try {
+    if (ref.kind == SourceKind::LocalFile) {
+      source = fs::absolute(ref.location).lexically_normal().string();
+      sha = copy_with_hash(ref.location, partial, progress);
+      size = fs::file_size(partial);
+    } else {
+      DownloadRequest request;
+      request.url = url;
+      request.partial = partial;
+      request.expected_size = expected_size;
+      request.headers = headers;
+      request.on_progress = [&](uint64_t done, std::optional<uint64_t> total) { progress.update(done, total); };
+      request.on_notice = [&](const std::string& text) { progress.notice(text); };
+      const DownloadResult result = download_file(request);
+      if (result.resumed_from > 0) {
+        std::fprintf(log, "resumed a partial download at %llu bytes\n", static_cast<unsigned long long>(result.resumed_from));
+      }
+      sha = result.sha256;
+      size = result.size;
+      if (!expected_sha) expected_sha = result.linked_sha256;
+    }
+    progress.finish();
+  } catch (const DiskError& e) {
+    // A disk that refused a write leaves nothing behind.
+    remove_file(partial);
+    remove_empty_dirs(store, name);
+    throw Error(std::string(e.what()) + "; nothing was stored");
+  } catch (const HttpStatusError&) {
+    std::error_code size_ec;
+    if (fs::file_size(partial, size_ec) == 0 || size_ec) remove_file(partial);
+    remove_empty_dirs(store, name);
+    throw;
+  } catch (const Error&) {
+    // A network failure keeps what arrived, for the next pull to resume.
+    std::error_code size_ec;
+    if (fs::file_size(partial, size_ec) == 0 || size_ec) remove_file(partial);
+    remove_empty_dirs(store, name);
+    throw;
+  }
+
+  const auto refuse = [&](const std::string& why) {
+    remove_file(partial);
+    remove_empty_dirs(store, name);
+    throw Error(why);
+  };
+  if (expected_size && size != *expected_size) {
+    refuse("download of " + source + " is corrupt: " + std::to_string(size) + " bytes instead of " +
+           std::to_string(*expected_size) + "; it was deleted, pull again");
+  }
+  if (expected_sha && sha != *expected_sha) {
+    refuse("download of " + source + " is corrupt: sha256 " + sha + " does not match the expected " + *expected_sha +
+           "; it was deleted, pull again");
+  }
+  Manifest manifest;
+  try {
+    describe_gguf(partial, manifest);
+  } catch (const Error& e) {
+    refuse(source + " is not a valid GGUF file (" + e.what() + "); nothing was stored");
+  }
+  if (existing && existing->sha256 == sha) {
+    remove_file(partial);
+    std::fprintf(log, "%s is up to date (sha256 %s)\n", name.str().c_str(), short_sha(sha).c_str());
+    return {*existing, true};
+  }
+  manifest.source = source;
+  manifest.size = size;
+  manifest.sha256 = sha;
+  manifest = store.install(name, partial, manifest);
+  std::fprintf(log, "verified sha256 %s%s\nstored %s (%s, %s)\n", short_sha(sha).c_str(),
+               expected_sha ? " (matches the source)" : "", name.str().c_str(), human_size(size).c_str(),
+               manifest.quant.empty() ? "unknown type" : manifest.quant.c_str());
+  return {manifest, false};
+}
+
+}  // namespace m40::store

@@ -1,0 +1,46 @@
+// `pull`: a model from a URL, from Hugging Face or from a local file into the
+// store — resumed when interrupted, checked against its sha256 when the
+// source says it, validated as GGUF, and only then made visible.
+#pragma once
+
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "store/model_name.h"
+#include "store/store.h"
+
+namespace m40::store {
+
+enum class SourceKind {
+  Url,              // http(s)://...
+  HuggingFaceRepo,  // hf.co/ORG/REPO[:QUANT]
+  HuggingFaceFile,  // [hf.co/]ORG/REPO/FILE.gguf
+  LocalFile,        // an existing file
+};
+
+struct PullRef {
+  SourceKind kind = SourceKind::Url;
+  std::string location;  // the URL or the local path
+  std::string org, repo, quant, file;  // Hugging Face parts
+  ModelName default_name;
+};
+
+// Reads a pull reference; throws m40::Error saying which forms exist.
+PullRef parse_pull_ref(const std::string& ref);
+
+struct PullOptions {
+  std::string ref;
+  std::optional<std::string> name;  // store name instead of the default
+  bool terminal = false;            // draw a progress bar
+  std::FILE* log = stderr;
+};
+
+struct PullResult {
+  Manifest manifest;
+  bool unchanged = false;  // the same file (sha256) was there already
+};
+
+PullResult pull_model(const Store& store, const PullOptions& options);
+
+}  // namespace m40::store

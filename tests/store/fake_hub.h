@@ -1,0 +1,153 @@
+// A fake Hugging Face on 127.0.0.1 (an ephemeral port), in the test process:
+//   GET /api/models/ORG/REPO/tree/main   the file listing (LFS oid = sha256)
+//   GET /ORG/REPO/resolve/main/FILE      the file, with Range support
+//   GET /files/NAME                      a plain URL, with X-Linked-Etag
+//   GET /redirect/NAME                   302 to /files/NAME
+// It can drop the first connection halfway, serve corrupted bytes, and
+// records every request with its Range header.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/sha256.h"
+#include "binary_runner.h"
+
+namespace m40::test {
+
+struct HubRequest {
+  std::string path;
+  std::string range;
+};
+
+class FakeHub {
+ public:
+  struct Served {
+    std::string bytes;
+    std::string sha256;       // of the real bytes (what the listing says)
+    bool drop_first = false;  // first request: half the bytes, then close
+    bool corrupt = false;     // serve one byte changed
+    std::string linked_etag;  // X-Linked-Etag on /files/
+  };
+
+  FakeHub() {
+    server_.Get(R"(/api/models/([^/]+)/([^/]+)/tree/main)", [this](const httplib::Request& req, httplib::Response& res) {
+      record(req);
+      const std::string prefix = req.matches[1].str() + "/" + req.matches[2].str() + "/";
+      std::lock_guard lock(mutex_);
+      std::string json = "[";
+      bool any = false;
+      for (const auto& [key, f] : files_) {
+        if (key.rfind(prefix, 0) != 0) continue;
+        if (any) json += ",";
+        any = true;
+        json += R"({"type":"file","oid":"0","size":134,"path":")" + key.substr(prefix.size()) + R"(","lfs":{"oid":")" +
+                f.sha256 + R"(","size":)" + std::to_string(f.bytes.size()) + R"(,"pointerSize":134}})";
+      }
+      json += "]";
+      if (!any) {
+        res.status = 404;
+        res.set_content(R"({"error":"Repository not found"})", "application/json");
+        return;
+      }
+      res.set_content(json, "application/json");
+    });
+    server_.Get(R"(/([^/]+)/([^/]+)/resolve/main/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      record(req);
+      serve(req.matches[1].str() + "/" + req.matches[2].str() + "/" + req.matches[3].str(), req, res);
+    });
+    server_.Get(R"(/files/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      record(req);
+      serve("files/" + req.matches[1].str(), req, res);
+    });
+    server_.Get(R"(/redirect/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      record(req);
+      res.set_redirect("/files/" + req.matches[1].str(), 302);
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeHub() {
+    server_.stop();
+    thread_.join();
+  }
+  FakeHub(const FakeHub&) = delete;
+  FakeHub& operator=(const FakeHub&) = delete;
+
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  // Serves `bytes` at KEY ("ORG/REPO/FILE" or "files/NAME").
+  Served& add(const std::string& key, std::string bytes) {
+    std::lock_guard lock(mutex_);
+    Served s;
+    store::Sha256 hash;
+    hash.update(bytes.data(), bytes.size());
+    s.sha256 = hash.hex_digest();
+    s.bytes = std::move(bytes);
+    return files_[key] = std::move(s);
+  }
+  Served& add_file(const std::string& key, const std::filesystem::path& path) { return add(key, read_text_file(path)); }
+
+  std::vector<HubRequest> requests() const {
+    std::lock_guard lock(mutex_);
+    return requests_;
+  }
+  std::vector<HubRequest> requests_for(const std::string& path) const {
+    std::vector<HubRequest> out;
+    for (const auto& r : requests()) {
+      if (r.path == path) out.push_back(r);
+    }
+    return out;
+  }
+
+ private:
+  void record(const httplib::Request& req) {
+    std::lock_guard lock(mutex_);
+    requests_.push_back({req.path, req.get_header_value("Range")});
+  }
+
+  void serve(const std::string& key, const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lock(mutex_);
+    const auto it = files_.find(key);
+    if (it == files_.end()) {
+      res.status = 404;
+      res.set_content("Entry not found", "text/plain");
+      return;
+    }
+    Served& f = it->second;
+    if (!f.linked_etag.empty()) res.set_header("X-Linked-Etag", "\"" + f.linked_etag + "\"");
+    std::string bytes = f.bytes;
+    if (f.corrupt) bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
+    if (f.drop_first) {
+      f.drop_first = false;
+      auto data = std::make_shared<std::string>(std::move(bytes));
+      const size_t half = data->size() / 2;
+      res.set_content_provider(data->size(), "application/octet-stream",
+                               [data, half](size_t offset, size_t length, httplib::DataSink& sink) {
+                                 if (offset >= half) return false;  // close the connection mid-body
+                                 sink.write(data->data() + offset, std::min(length, half - offset));
+                                 return true;
+                               });
+      return;
+    }
+    // httplib answers a Range request with 206 and the slice asked for.
+    res.set_content(std::move(bytes), "application/octet-stream");
+  }
+
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Served> files_;
+  std::vector<HubRequest> requests_;
+};
+
+}  // namespace m40::test

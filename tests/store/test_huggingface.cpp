@@ -1,0 +1,101 @@
+// Choosing the GGUF file of a Hugging Face repository by quantization, and
+// reading pull references.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "store/huggingface.h"
+#include "store/pull.h"
+#include "test_paths.h"
+
+namespace {
+
+using m40::store::HfFile;
+using m40::store::select_gguf;
+
+const char* kTree = R"([
+  {"type": "directory", "oid": "x", "size": 0, "path": "sub"},
+  {"type": "file", "oid": "a", "size": 1519, "path": "README.md"},
+  {"type": "file", "oid": "b", "size": 134,
+   "lfs": {"oid": "5a798ebc1cad921e0ce639b2f10c4bcce492654a79d4b4ca52bd0268416f6b87", "size": 553120, "pointerSize": 134},
+   "path": "TinyStories-656K-Q2_K.gguf"},
+  {"type": "file", "oid": "c", "size": 749728, "path": "TinyStories-656K-Q8_0.gguf"}
+])";
+
+std::vector<HfFile> files(std::initializer_list<const char*> paths) {
+  std::vector<HfFile> out;
+  for (const char* p : paths) out.push_back(HfFile{p, 1, std::nullopt});
+  return out;
+}
+
+TEST(HuggingFace, ParsesTheTreeListing) {
+  const auto listing = m40::store::parse_hf_tree(kTree);
+  ASSERT_EQ(listing.size(), 3u);
+  EXPECT_EQ(listing[1].path, "TinyStories-656K-Q2_K.gguf");
+  EXPECT_EQ(listing[1].size, 553120u);  // the LFS size, not the pointer's
+  EXPECT_EQ(listing[1].sha256, "5a798ebc1cad921e0ce639b2f10c4bcce492654a79d4b4ca52bd0268416f6b87");
+  EXPECT_FALSE(listing[2].sha256.has_value());
+  EXPECT_THROW(m40::store::parse_hf_tree("{not json"), m40::Error);
+}
+
+TEST(HuggingFace, SelectsTheQuantizationCaseInsensitively) {
+  const auto listing = m40::store::parse_hf_tree(kTree);
+  EXPECT_EQ(select_gguf(listing, "q8_0", "r").path, "TinyStories-656K-Q8_0.gguf");
+  EXPECT_EQ(select_gguf(listing, "Q2_K", "r").path, "TinyStories-656K-Q2_K.gguf");
+}
+
+TEST(HuggingFace, DefaultsToQ4_K_MAndPrefersTheExactToken) {
+  const auto listing = files({"m.Q4_K_S.gguf", "m.Q4_K_M.gguf", "m.Q4_K.gguf", "mmproj-m-Q4_K_M.gguf"});
+  EXPECT_EQ(select_gguf(listing, "", "r").path, "m.Q4_K_M.gguf");
+  EXPECT_EQ(select_gguf(listing, "q4_k", "r").path, "m.Q4_K.gguf");
+}
+
+TEST(HuggingFace, TheOnlyGgufWhenNoQuantizationIsAsked) {
+  EXPECT_EQ(select_gguf(files({"README.md", "model-f16.gguf"}), "", "r").path, "model-f16.gguf");
+}
+
+TEST(HuggingFace, NoMatchListsWhatThereIs) {
+  try {
+    select_gguf(m40::store::parse_hf_tree(kTree), "Q5_K_M", "hf.co/a/b");
+    FAIL();
+  } catch (const m40::Error& e) {
+    EXPECT_STREQ(e.what(), "no Q5_K_M GGUF file in hf.co/a/b; it has: Q2_K, Q8_0");
+  }
+  EXPECT_THROW(select_gguf(files({"README.md"}), "", "r"), m40::Error);
+}
+
+TEST(HuggingFace, SplitFilesAreRefusedClearly) {
+  EXPECT_THROW(select_gguf(files({"m-Q8_0-00001-of-00002.gguf", "m-Q8_0-00002-of-00002.gguf"}), "Q8_0", "r"),
+               m40::Error);
+}
+
+TEST(PullRef, Kinds) {
+  using m40::store::parse_pull_ref;
+  using m40::store::SourceKind;
+  auto url = parse_pull_ref("https://example.com/models/Tiny-Q8_0.gguf?download=1");
+  EXPECT_EQ(url.kind, SourceKind::Url);
+  EXPECT_EQ(url.default_name.str(), "tiny-q8_0:latest");
+
+  auto repo = parse_pull_ref("hf.co/Org/Repo-GGUF:q8_0");
+  EXPECT_EQ(repo.kind, SourceKind::HuggingFaceRepo);
+  EXPECT_EQ(repo.org, "Org");
+  EXPECT_EQ(repo.repo, "Repo-GGUF");
+  EXPECT_EQ(repo.quant, "q8_0");
+  EXPECT_EQ(repo.default_name.str(), "hf.co/Org/Repo-GGUF:q8_0");
+  EXPECT_EQ(parse_pull_ref("hf.co/Org/Repo").default_name.str(), "hf.co/Org/Repo:latest");
+
+  auto file = parse_pull_ref("Org/Repo/sub/Model.Q4_K_M.gguf");
+  EXPECT_EQ(file.kind, SourceKind::HuggingFaceFile);
+  EXPECT_EQ(file.file, "sub/Model.Q4_K_M.gguf");
+  EXPECT_EQ(file.default_name.str(), "hf.co/Org/Repo:Q4_K_M");
+
+  const auto local = m40::test::shared_model("TinyStories-656K-Q8_0.gguf").string();
+  auto path = parse_pull_ref(local);
+  EXPECT_EQ(path.kind, SourceKind::LocalFile);
+  EXPECT_EQ(path.default_name.str(), "tinystories-656k-q8_0:latest");
+
+  EXPECT_THROW(parse_pull_ref("tinystories"), m40::Error);
+  EXPECT_THROW(parse_pull_ref("/no/such/file.gguf"), m40::Error);
+  EXPECT_THROW(parse_pull_ref("hf.co/onlyorg"), m40::Error);
+}
+
+}  // namespace
