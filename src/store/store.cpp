@@ -193,6 +193,7 @@ std::string relative_time(const std::string& iso8601, int64_t now) {
   const auto ago = [](int64_t n, const char* unit) {
     return std::to_string(n) + " " + unit + (n == 1 ? "" : "s") + " ago";
   };
+  if (s < 1) return "less than a second ago";
   if (s < 60) return ago(s, "second");
   if (s < 3600) return ago(s / 60, "minute");
   if (s < 86400) return ago(s / 3600, "hour");

@@ -140,6 +140,8 @@ TEST(Store, HumanSizesAndTimes) {
   EXPECT_EQ(human_size(4'700'000'000ULL), "4.7 GB");
   // 2026-11-21T06:50:00Z is 1795243800 seconds after the epoch.
   const int64_t t = 1795243800;
+  EXPECT_EQ(relative_time("2026-11-21T06:50:00Z", t), "less than a second ago");
+  EXPECT_EQ(relative_time("2026-11-21T06:50:00Z", t + 1), "1 second ago");
   EXPECT_EQ(relative_time("2026-11-21T06:50:00Z", t + 5), "5 seconds ago");
   EXPECT_EQ(relative_time("2026-11-21T06:50:00Z", t + 120), "2 minutes ago");
   EXPECT_EQ(relative_time("2026-11-21T06:50:00Z", t + 3600), "1 hour ago");
