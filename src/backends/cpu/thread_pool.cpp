@@ -2,7 +2,19 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define M40_CPU_RELAX() _mm_pause()
+#else
+#define M40_CPU_RELAX() ((void)0)
+#endif
+
 namespace m40::cpu {
+
+namespace {
+// About 50-100 microseconds of polling before a thread goes to sleep.
+constexpr int kSpinIterations = 20000;
+}  // namespace
 
 ThreadPool::ThreadPool(unsigned threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -12,7 +24,7 @@ ThreadPool::ThreadPool(unsigned threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   start_.notify_all();
   for (auto& w : workers_) w.join();
@@ -35,16 +47,20 @@ void ThreadPool::run_share(unsigned index) {
 void ThreadPool::worker_loop(unsigned index) {
   uint64_t seen = 0;
   for (;;) {
-    {
-      std::unique_lock lock(mutex_);
-      start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
+    for (int i = 0; i < kSpinIterations && generation_.load(std::memory_order_acquire) == seen && !stopping_.load();
+         ++i) {
+      M40_CPU_RELAX();
     }
+    if (generation_.load(std::memory_order_acquire) == seen && !stopping_.load()) {
+      std::unique_lock lock(mutex_);
+      start_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
+    }
+    if (stopping_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
     run_share(index);
-    {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }
@@ -55,22 +71,26 @@ void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t, i
     body(0, count, 0);
     return;
   }
+  count_ = count;
+  body_ = &body;
+  error_ = nullptr;
+  pending_.store(static_cast<unsigned>(workers_.size()), std::memory_order_relaxed);
   {
     std::lock_guard lock(mutex_);
-    count_ = count;
-    body_ = &body;
-    error_ = nullptr;
-    pending_ = static_cast<unsigned>(workers_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);  // publishes count_, body_ and pending_
   }
   start_.notify_all();
   run_share(0);
+  for (int i = 0; i < kSpinIterations && pending_.load(std::memory_order_acquire) != 0; ++i) M40_CPU_RELAX();
+  if (pending_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
+  body_ = nullptr;
   std::exception_ptr error;
   {
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    std::lock_guard lock(mutex_);
     error = error_;
-    body_ = nullptr;
   }
   if (error) std::rethrow_exception(error);
 }

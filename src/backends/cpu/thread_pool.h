@@ -3,6 +3,7 @@
 // workers stay alive between them instead of being spawned each time.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -32,12 +33,15 @@ class ThreadPool {
   void run_share(unsigned index);
 
   std::vector<std::thread> workers_;
+  // Workers spin briefly on generation_ before sleeping on start_: a decode
+  // step issues dozens of short loops, and waking a sleeping thread costs
+  // more than the loop itself on small models.
   std::mutex mutex_;
   std::condition_variable start_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;
-  unsigned pending_ = 0;
-  bool stopping_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<unsigned> pending_{0};
+  std::atomic<bool> stopping_{false};
   int64_t count_ = 0;
   const std::function<void(int64_t, int64_t, unsigned)>* body_ = nullptr;
   std::exception_ptr error_;
