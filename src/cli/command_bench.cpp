@@ -11,6 +11,7 @@
 #include "common/memory_size.h"
 #include "engine/benchmark.h"
 #include "model/model_summary.h"
+#include "store/model_ref.h"
 
 namespace m40::cli {
 
@@ -28,7 +29,7 @@ struct BenchOptions {
 };
 
 int run_bench(const BenchOptions& o) {
-  auto model = model::LoadedModel::open(o.model);
+  auto model = model::LoadedModel::open(store::resolve_model(o.model));
   std::vector<engine::BenchmarkTest> tests;
   int n_ctx = 16;
   for (int p : o.prompt_sizes) {
@@ -77,7 +78,7 @@ void register_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench",
                                      "Measure prompt processing (ppN) and generation (tgN) speed in tokens/s, "
                                      "as a markdown table like llama-bench");
-  cmd->add_option("MODEL", opts->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("MODEL", opts->model, "A store name (see `m40-llm list`) or a GGUF file")->required();
   cmd->add_option("-p,--n-prompt", opts->prompt_sizes, "Prompt sizes to process in one batch (0 skips)")
       ->capture_default_str();
   cmd->add_option("-n,--n-gen", opts->generate_sizes, "Numbers of tokens to generate one by one (0 skips)")

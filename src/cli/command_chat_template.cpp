@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "gguf/file.h"
+#include "store/model_ref.h"
 
 namespace m40::cli {
 
@@ -82,7 +83,7 @@ int run_chat_template(const ChatTemplateOptions& o) {
   std::unique_ptr<chat::ChatTemplate> tpl;
   chat::RenderOptions options;
   if (!o.model.empty()) {
-    const gguf::File file = gguf::File::open(o.model);
+    const gguf::File file = gguf::File::open(store::resolve_model(o.model));
     chat::ModelChatTemplate model = chat::model_chat_template(file, o.template_name);
     if (model.is_fallback() && !o.print_template) {
       std::fprintf(stderr, "note: %s has no chat template; using the %s (docs/chat-templates.md)\n", o.model.c_str(),
@@ -147,7 +148,7 @@ void register_chat_template_command(CLI::App& app) {
       "  m40-llm chat-template model.gguf --print-template\n"
       "chat.json holds [{\"role\": \"user\", \"content\": \"Hello!\"}, ...] or {\"messages\": [...], \"tools\": [...]}.\n"
       "A model without a template gets the fallback described in docs/chat-templates.md.");
-  cmd->add_option("MODEL", opts->model, "GGUF model file whose template to render")->check(CLI::ExistingFile);
+  cmd->add_option("MODEL", opts->model, "A store name or GGUF file whose template to render");
   cmd->add_option("--template", opts->template_file, "Jinja template file to render instead of a model's")
       ->check(CLI::ExistingFile);
   cmd->add_option("--template-name", opts->template_name,

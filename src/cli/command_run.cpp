@@ -14,6 +14,7 @@
 #include "common/memory_size.h"
 #include "engine/generator.h"
 #include "tokenizer/vocab.h"
+#include "store/model_ref.h"
 
 namespace m40::cli {
 
@@ -55,7 +56,7 @@ void write_logits(const std::string& path, const std::vector<float>& logits) {
 int run_run(RunOptions o) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  auto model = model::LoadedModel::open(o.model);
+  auto model = model::LoadedModel::open(store::resolve_model(o.model));
   auto vocab = tokenizer::Vocab::from_metadata(model->file.metadata());
   engine::BackendOptions bo;
   bo.n_ctx = o.ctx;
@@ -128,7 +129,7 @@ void register_run_command(CLI::App& app) {
   auto opts = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand(
       "run", "Answer PROMPT with MODEL, streamed to stdout (the prompt goes through the model's chat template)");
-  cmd->add_option("MODEL", opts->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("MODEL", opts->model, "A store name (see `m40-llm list`) or a GGUF file")->required();
   cmd->add_option("PROMPT", opts->prompt, "The prompt (special tokens such as <s> in it are parsed)")->required();
   auto& s = opts->sampler;
   cmd->add_option("--temperature,--temp", s.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();

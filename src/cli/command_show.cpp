@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "gguf/file.h"
 #include "model/model_summary.h"
+#include "store/model_ref.h"
 
 namespace m40::cli {
 
@@ -389,7 +390,7 @@ Json tensors_json(const gguf::File& file) {
 }
 
 int run_show(const ShowOptions& opts) {
-  const gguf::File file = gguf::File::open(opts.path);
+  const gguf::File file = gguf::File::open(store::resolve_model(opts.path));
   const model::ModelSummary summary = model::summarize(file);
 
   if (opts.json) {
@@ -420,7 +421,7 @@ void register_show_command(CLI::App& app) {
       "show",
       "Describe a GGUF model file: architecture, size, hyperparameters, tokenizer and tensor types.\n"
       "Works on any GGUF file, including vocabulary-only files and architectures m40-llm cannot run.");
-  cmd->add_option("FILE", opts->path, "Path of the GGUF file")->required();
+  cmd->add_option("MODEL", opts->path, "A store name (see `m40-llm list`) or a GGUF file")->required();
   cmd->add_flag("--tensors", opts->tensors,
                 "Also list every tensor: name, type, shape (ggml order), bytes, data offset");
   cmd->add_flag("--metadata", opts->metadata, "Also list every metadata key (long values shortened)");

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
+#include "store/model_ref.h"
 
 namespace m40::cli {
 
@@ -54,7 +55,7 @@ std::string read_text(const std::string& path) {
 }
 
 Vocab load_vocab(const std::string& path) {
-  Vocab vocab = Vocab::from_file(path);
+  Vocab vocab = Vocab::from_file(store::resolve_model(path));
   for (const std::string& w : vocab.warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
   return vocab;
 }
@@ -175,9 +176,8 @@ void register_tokenize_command(CLI::App& app) {
       "tokenize",
       "Print the token ids of TEXT under MODEL's tokenizer (BOS/EOS added as the model asks).\n"
       "Example: m40-llm tokenize model.gguf \"Hello world\" --pieces");
-  tokenize->add_option("MODEL", t->model, "GGUF file (a vocabulary-only file is enough)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  tokenize->add_option("MODEL", t->model, "A store name or a GGUF file (a vocabulary-only file is enough)")
+      ->required();
   CLI::Option* text = tokenize->add_option("TEXT", t->text, "The text to tokenize");
   tokenize->add_option("--file", t->file, "Read the text from this file ('-': standard input)");
   tokenize->add_flag("--pieces", t->pieces, "One line per token: id and the text it stands for");
@@ -192,9 +192,8 @@ void register_tokenize_command(CLI::App& app) {
   auto d = std::make_shared<DetokenizeOptions>();
   CLI::App* detokenize = app.add_subcommand(
       "detokenize", "Print the text of token ids under MODEL's tokenizer.\nExample: m40-llm detokenize model.gguf 1 15043 3186");
-  detokenize->add_option("MODEL", d->model, "GGUF file (a vocabulary-only file is enough)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  detokenize->add_option("MODEL", d->model, "A store name or a GGUF file (a vocabulary-only file is enough)")
+      ->required();
   detokenize->add_option("ID", d->ids, "Token ids")->required();
   detokenize->add_flag("--special", d->special, "Write control tokens (<s>, <|im_end|>, ...) as their text");
   detokenize->add_flag("--json", d->json, "One JSON document: the text and its bytes in hex");

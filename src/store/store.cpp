@@ -221,6 +221,7 @@ std::string human_size(uint64_t bytes) {
 std::string resolve_model(const std::string& ref) {
   std::error_code ec;
   if (!ref.empty() && fs::is_regular_file(ref, ec)) return ref;
+  if (fs::is_directory(ref, ec)) throw Error("'" + ref + "' is a directory, not a GGUF model file");
   if (ref.starts_with('/') || ref.starts_with("./") || ref.starts_with("../")) {
     throw Error("model file '" + ref + "' does not exist");
   }

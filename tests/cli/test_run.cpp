@@ -100,3 +100,24 @@ TEST_F(RunCommand, BenchPrintsALlamaBenchTable) {
   EXPECT_NE(r.out.find("tg4"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| CPU "), std::string::npos) << r.out;
 }
+
+// A model pulled into the store is run, shown and benchmarked by its name.
+TEST_F(RunCommand, StoreNamesWorkWherePathsDo) {
+  const fs::path home = fs::path(::testing::TempDir()) / ("m40_run_home_" + std::to_string(::getpid()));
+  fs::remove_all(home);
+  ::setenv("M40_LLM_HOME", home.c_str(), 1);
+  auto pull = run_binary({"pull", m40::test::shared_model("TinyStories-656K-Q8_0.gguf").string(), "--name", "tiny:q8"});
+  ASSERT_EQ(pull.exit_code, 0) << pull.err;
+  auto by_name = run_binary({"run", "tiny:q8", "Once upon a time", "--cpu", "--temperature", "0", "-n", "8"});
+  auto by_path = run_binary({"run", m40::test::shared_model("TinyStories-656K-Q8_0.gguf").string(), "Once upon a time",
+                             "--cpu", "--temperature", "0", "-n", "8"});
+  ASSERT_EQ(by_name.exit_code, 0) << by_name.err;
+  EXPECT_EQ(by_name.out, by_path.out);
+  auto show = run_binary({"show", "tiny:q8", "--json"});
+  EXPECT_EQ(show.exit_code, 0) << show.err;
+  auto missing = run_binary({"run", "nosuch:model", "hi"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("pull it with m40-llm pull nosuch:model"), std::string::npos) << missing.err;
+  ::unsetenv("M40_LLM_HOME");
+  fs::remove_all(home);
+}

@@ -297,7 +297,7 @@ TEST(Show, MetadataKeepsShortValuesWhole) {
 TEST(Show, HelpDescribesTheFlags) {
   const RunResult r = run_m40({"show", "--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag : {"--tensors", "--metadata", "--json", "FILE"}) {
+  for (const char* flag : {"--tensors", "--metadata", "--json", "MODEL"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }
@@ -349,5 +349,5 @@ TEST(ShowErrors, TruncatedFileIsOneLineAndExitOne) {
 }
 
 TEST(ShowErrors, DirectoryIsRefused) {
-  expect_one_line_error(run_m40({"show", testing::TempDir()}), "not a regular file");
+  expect_one_line_error(run_m40({"show", testing::TempDir()}), "is a directory");
 }

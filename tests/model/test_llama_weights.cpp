@@ -1,0 +1,86 @@
+// Weight loading refuses incomplete or misshapen models by name, before any
+// computation.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "gguf/writer.h"
+#include "model/loaded_model.h"
+#include "test_paths.h"
+
+using namespace m40;
+
+namespace {
+
+// A copy of a shared model with `edit` applied to each tensor's shape (or
+// the tensor dropped when edit returns false).
+std::string rewritten(const std::string& name, const std::function<bool(const gguf::TensorInfo&, std::vector<uint64_t>&,
+                                                                          gguf::TensorType&)>& edit) {
+  auto original = gguf::File::open(test::shared_model(name).string());
+  gguf::Writer w(original.alignment());
+  for (const auto& [key, value] : original.metadata().entries()) w.metadata().set(key, value);
+  for (const auto& t : original.tensors()) {
+    std::vector<uint64_t> dims = t.dims;
+    gguf::TensorType type = t.type;
+    if (!edit(t, dims, type)) continue;
+    const uint64_t bytes = gguf::tensor_byte_size(type, dims);
+    w.add_tensor(t.name, type, dims, [bytes](std::span<uint8_t> out) { std::fill(out.begin(), out.end(), 0x3c); });
+    (void)bytes;
+  }
+  const auto path = std::filesystem::temp_directory_path() / ("m40_weights_" + std::to_string(::getpid()) + ".gguf");
+  w.write(path.string());
+  return path.string();
+}
+
+void expect_load_error(const std::string& path, const std::string& fragment) {
+  try {
+    model::LoadedModel::open(path);
+    FAIL() << "expected an error containing '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+class LlamaWeightsLoad : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(test::shared_model("synthetic/tiny-llama-rand-F32.gguf"))) GTEST_SKIP();
+  }
+};
+
+}  // namespace
+
+TEST_F(LlamaWeightsLoad, EveryRunnableSharedModelLoads) {
+  for (const char* name : {"synthetic/tiny-llama-rand-F32.gguf", "synthetic/tiny-llama-rand-Q4_K_M.gguf",
+                           "TinyStories-656K-Q8_0.gguf", "TinyStories-656K-Q2_K.gguf", "llama-2-tiny-random.gguf"}) {
+    auto m = model::LoadedModel::open(test::shared_model(name).string());
+    EXPECT_EQ(m->weights.layers.size(), m->hparams.n_layer) << name;
+    EXPECT_GT(m->weights.total_bytes(), 0u) << name;
+  }
+  EXPECT_TRUE(model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string())->weights.tied_output);
+}
+
+TEST_F(LlamaWeightsLoad, AMissingTensorIsNamed) {
+  expect_load_error(rewritten("synthetic/tiny-llama-rand-F32.gguf",
+                              [](const gguf::TensorInfo& t, auto&, auto&) { return t.name != "blk.1.ffn_up.weight"; }),
+                    "lacks tensor 'blk.1.ffn_up.weight'");
+}
+
+TEST_F(LlamaWeightsLoad, AWrongShapeIsNamedWithBothShapes) {
+  expect_load_error(rewritten("synthetic/tiny-llama-rand-F32.gguf",
+                              [](const gguf::TensorInfo& t, std::vector<uint64_t>& dims, auto&) {
+                                if (t.name == "blk.0.attn_k.weight") dims[1] = 64;
+                                return true;
+                              }),
+                    "tensor 'blk.0.attn_k.weight' has shape [256, 64], expected [256, 128]");
+}
+
+TEST_F(LlamaWeightsLoad, ATypeWithoutKernelsIsNamed) {
+  expect_load_error(rewritten("synthetic/tiny-llama-rand-F32.gguf",
+                              [](const gguf::TensorInfo& t, auto&, gguf::TensorType& type) {
+                                if (t.name == "blk.0.attn_q.weight") type = gguf::TensorType::IQ2_XXS;
+                                return true;
+                              }),
+                    "has type IQ2_XXS, which m40-llm cannot compute with yet");
+}
