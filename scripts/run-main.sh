@@ -3,8 +3,9 @@
 #
 #   bash scripts/run-main.sh [MODEL.gguf]
 #
-# (default model: ../shared/models/TinyStories-656K-Q8_0.gguf). For now the
-# main job is `m40-llm show`, which prints the model's metadata and tensors.
+# (default model: ../shared/models/TinyStories-656K-Q8_0.gguf): `m40-llm show`
+# describes the model, then `m40-llm run` writes a story from a prompt (on the
+# GPU when there is one, else on the CPU) and prints its speed.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$M40_ROOT"
@@ -17,3 +18,5 @@ bin=$(m40_binary "$(m40_abs "$M40_BUILD_DIR")")
 
 m40_log "m40-llm show $model"
 "$bin" show "$model"
+m40_log "m40-llm run $model \"Once upon a time\" -n 64 --verbose"
+"$bin" run "$model" "Once upon a time" -n 64 --seed 42 --verbose
