@@ -10,7 +10,10 @@
 // 512 tokens. Times are CUDA-event medians over many launches after a
 // warm-up; each launch uses the next of several copies of W, x and y whose
 // total is at least twice the L2 cache, so W comes from DRAM as it does in a
-// real forward pass. Prints markdown tables.
+// real forward pass. Prints markdown tables; a third one times the kernels
+// behind each batch size (matvec kernel, decode-tile gemm, prefill-tile gemm)
+// through the internal launchers. `--profile` runs one batch-1 product each of
+// F16, Q8_0 and Q4_K and nothing else, for ncu.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -246,8 +249,23 @@ struct Shape {
 
 }  // namespace
 
-int main() {
+// --profile: one product each of F16, Q8_0 and Q4_K (11008 x 4096, batch 1)
+// and nothing else, for a profiler (ncu --kernel-name regex:matvec).
+int profile_only() {
+  cudaStream_t stream;
+  M40_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K}) {
+    const Buffers buf(type, 11008, 4096, 1, 0);
+    m40::cuda::matvec(buf.copy(0), buf.x(0), 1, buf.y(0), nullptr, stream);
+  }
+  M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+int main(int argc, char** argv) {
   try {
+    if (argc > 1 && std::string(argv[1]) == "--profile") return profile_only();
     int device = 0;
     M40_CUDA_CHECK(cudaGetDevice(&device));
     cudaDeviceProp prop{};

@@ -10,7 +10,7 @@
 // broadcast within the warp) and of 2 or 4 tokens feed 8 to 32 FMAs. The next
 // step's global loads are issued before the current step's math, so they
 // overlap it. Shapes (TileShape below): prefill 128 rows x 64 tokens with an
-// 8 x 4 register tile; decode 64 rows x 16 or 32 tokens, so that one token
+// 8 x 4 register tile; decode 32 rows x 16 or 32 tokens, so that one token
 // tile covers the batch and every weight is read once.
 //
 // Rows and tokens past the edges are clamped for loading and not stored.
@@ -41,16 +41,19 @@ struct TileShape {
   static_assert(kTileRows * kTileK / 16 == kThreads, "each thread decodes 16 weights a step");
   static_assert(kRowGroups * kTokenGroups == kThreads, "the register tiles cover the block tile");
   static_assert(kThreads % kTileTokens == 0 && kXPerThread % 4 == 0, "x loads are whole float4s");
-  static_assert(kTokensPerThread == 2 || kTokensPerThread == 4, "x fragments are float2 or float4");
+  static_assert(kTokensPerThread == 1 || kTokensPerThread == 2 || kTokensPerThread == 4,
+                "x fragments are a float, float2 or float4");
 };
 
 // Prefill: 128 rows x 64 tokens, 8 x 4 per thread.
 using PrefillShape = TileShape<128, 64, 32, 256, 2, 4>;
 // Decode batches of 9..16 and 17..32 tokens: one token tile covers the batch
-// (every weight is read once); 64-row tiles keep enough blocks in flight.
-using Decode16Shape = TileShape<64, 16, 32, 128, 1, 2>;
-using Decode32Shape = TileShape<64, 32, 64, 256, 1, 2>;
+// (every weight is read once); 32-row tiles keep enough blocks in flight
+// (128 for a 4096-row matrix), at the price of K steps of 64 columns.
+using Decode16Shape = TileShape<32, 16, 64, 128, 1, 1>;
+using Decode32Shape = TileShape<32, 32, 64, 128, 1, 2>;
 // For rows of an odd number of 32 columns (K steps of 64 would not fit).
+using Decode16NarrowShape = TileShape<64, 16, 32, 128, 1, 2>;
 using Decode32NarrowShape = TileShape<64, 32, 32, 128, 1, 4>;
 
 template <class Dec>
@@ -87,6 +90,10 @@ struct WeightLoader {
 template <int kCount>
 struct Floats;
 template <>
+struct Floats<1> {
+  __device__ static void load(const float* p, float* v) { v[0] = *p; }
+};
+template <>
 struct Floats<2> {
   __device__ static void load(const float* p, float* v) {
     const float2 f = *reinterpret_cast<const float2*>(p);
@@ -102,7 +109,7 @@ struct Floats<4> {
 };
 
 template <class Dec, class Shape>
-__global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : 4)
+__global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : kGenericDecoder<Dec> ? 3 : 4)
     gemm_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
                 int n_tokens, float* y, const float* residual) {
   constexpr int kTileRows = Shape::kTileRows;
@@ -217,12 +224,11 @@ void launch_gemm(const Product& p) {
 void launch_gemm_decode(const Product& p) {
   visit_decoder(p.type, [&](auto tag) {
     using Dec = typename decltype(tag)::type;
+    const bool wide_steps = p.cols % Decode32Shape::kTileK == 0;
     if (p.n_tokens <= Decode16Shape::kTileTokens) {
-      launch_shape<Dec, Decode16Shape>(p);
-    } else if (p.cols % Decode32Shape::kTileK == 0) {
-      launch_shape<Dec, Decode32Shape>(p);
+      wide_steps ? launch_shape<Dec, Decode16Shape>(p) : launch_shape<Dec, Decode16NarrowShape>(p);
     } else {
-      launch_shape<Dec, Decode32NarrowShape>(p);
+      wide_steps ? launch_shape<Dec, Decode32Shape>(p) : launch_shape<Dec, Decode32NarrowShape>(p);
     }
   });
 }

@@ -58,6 +58,12 @@ bool visit_decoder(gguf::TensorType type, Visitor&& visitor) {
   }
 }
 
+// The decoders that go through quant::dequantize_value value by value.
+template <class Dec>
+inline constexpr bool kGenericDecoder = false;
+template <class Block>
+inline constexpr bool kGenericDecoder<DecodeGeneric<Block>> = true;
+
 // Decode products, n_tokens 1..32, the decoder's alignment holds: the matvec
 // kernel up to kMaxMatvecKernelTokens, the gemm kernel with one token tile
 // above (launch_gemm_decode; needs cols % 32 == 0).

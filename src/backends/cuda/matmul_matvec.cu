@@ -14,10 +14,10 @@
 // values a lane keeps) and each lane stores the sums it ends with.
 //
 // kTokens is n_tokens rounded up to a power of two; the extra tokens re-read
-// the last token's x and are not stored. Up to two tokens the next unit's
-// loads are issued before the current one is used (the kernel is purely
-// bandwidth-bound there); with more, the x loads of the tokens give the memory
-// system enough to do.
+// the last token's x and are not stored. A lane issues the loads of 1, 2 or 4
+// units (by the size of the decoder's registers) before it computes on them:
+// an H200 needs some 3 MB in flight to approach its bandwidth, an M40 about
+// 150 KB.
 //
 // Batches of 9 to 32 tokens are compute-bound on the M40 (32 FMAs per weight
 // byte at F16) and keep more sums than registers allow here; they go to the
@@ -98,22 +98,31 @@ __device__ __forceinline__ void accumulate_unit(const typename Dec::Raw* raw, in
   }
 }
 
-template <class Dec>
-constexpr bool kGenericDecoder = false;
-template <class Block>
-constexpr bool kGenericDecoder<DecodeGeneric<Block>> = true;
-
 // Register cap (blocks of 128 threads: 6 blocks per SM cap a thread at 80
-// registers, 4 at 128). Uncapped, the compiler hoists the x loads of every
-// token ahead of the math and takes registers that occupancy needs. At 8
-// tokens the generic decoders (dequantize_value per value) and Q6_K get more.
+// registers, 4 at 128, 2 at 255). Uncapped, the compiler hoists the x loads of
+// every token ahead of the math and takes registers that occupancy needs. The
+// generic decoders and Q6_K get more, so that CUDA 11.8 for sm_52 does not
+// spill. (CUDA 13 for sm_90 spills 4 bytes in the 8-token Q4_K and Q5_K
+// kernels at 128; a cap of 168 avoids that but costs 20% there.)
 template <class Dec>
 constexpr int min_blocks_per_sm(int tokens) {
+  if (kGenericDecoder<Dec>) return 2;
   if (tokens <= 4) return 6;
-  return kGenericDecoder<Dec> || std::is_same_v<Dec, DecodeQ6_K> ? 2 : 4;
+  return std::is_same_v<Dec, DecodeQ6_K> ? 2 : 4;
 }
 
-template <class Dec, int kTokens, int kRows, int kLanes, bool kPrefetch>
+// Units a lane loads before it computes on them: enough bytes in flight per
+// lane (a large GPU needs megabytes in flight to reach its bandwidth) within
+// the register cap. The generic decoders load inside decode().
+template <class Dec, int kTokens>
+constexpr int units_per_round() {
+  if (kGenericDecoder<Dec>) return 1;
+  constexpr size_t kRaw = sizeof(typename Dec::Raw);
+  if (kRaw <= 16) return 4;
+  return kTokens <= 2 && kRaw <= 32 ? 2 : 1;
+}
+
+template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound>
 __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens))
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols,
                   const float* __restrict__ x, int n_tokens, float* y, const float* residual) {
@@ -122,7 +131,7 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
   constexpr int kGroups = 32 / kLanes;
   constexpr int kSums = kTokens * kRows;
   constexpr int kSplit = kSums >= 4 ? 1 : 4 / kSums;
-  // Per round a lane moves kLanes units on: this many columns and bytes.
+  // From one unit of a lane to its next: this many columns and bytes.
   constexpr int kColumnStep = kLanes * Dec::kUnit;
   constexpr int kByteStep = kLanes / Dec::kUnitsPerBlock * Dec::kBlockBytes;
 
@@ -148,38 +157,26 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
     for (int i = 0; i < kSums; ++i) acc[s][i] = 0.0f;
   }
 
-  int col = Dec::kUnit * sub;
-  if constexpr (kPrefetch) {
-    typename Dec::Raw current[kRows];
-    if (col < cols) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) current[r] = Dec::load(block[r], unit);
-    }
+  // Each round loads kUnitsPerRound units of every row, then computes on
+  // them; a unit past the row's end loads the round's first unit instead (an
+  // L1 hit) and is skipped.
 #pragma unroll 1
-    for (; col < cols; col += kColumnStep) {
-      // The last round re-reads its own unit (an L1 hit) rather than read past the row.
-      const int step = col + kColumnStep < cols ? kByteStep : 0;
-      typename Dec::Raw ahead[kRows];
+  for (int col = Dec::kUnit * sub; col < cols; col += kUnitsPerRound * kColumnStep) {
+    typename Dec::Raw raw[kUnitsPerRound][kRows];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        block[r] += step;
-        ahead[r] = Dec::load(block[r], unit);
-      }
-      accumulate_unit<Dec, kTokens, kRows, kSplit>(current, unit, x, cols, col, last_token, acc);
+    for (int u = 0; u < kUnitsPerRound; ++u) {
+      const int offset = col + u * kColumnStep < cols ? u * kByteStep : 0;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) current[r] = ahead[r];
+      for (int r = 0; r < kRows; ++r) raw[u][r] = Dec::load(block[r] + offset, unit);
     }
-  } else {
-#pragma unroll 1
-    for (; col < cols; col += kColumnStep) {
-      typename Dec::Raw raw[kRows];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        raw[r] = Dec::load(block[r], unit);
-        block[r] += kByteStep;
+    for (int u = 0; u < kUnitsPerRound; ++u) {
+      if (u == 0 || col + u * kColumnStep < cols) {
+        accumulate_unit<Dec, kTokens, kRows, kSplit>(raw[u], unit, x, cols, col + u * kColumnStep, last_token, acc);
       }
-      accumulate_unit<Dec, kTokens, kRows, kSplit>(raw, unit, x, cols, col, last_token, acc);
     }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) block[r] += kUnitsPerRound * kByteStep;
   }
 
 #pragma unroll
@@ -207,27 +204,25 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
   }
 }
 
-template <class Dec, int kTokens, int kRows, int kLanes, bool kPrefetch>
+template <class Dec, int kTokens, int kRows, int kLanes>
 void launch(const Product& p) {
   constexpr int kRowsPerBlock = kMatvecThreads / kLanes * kRows;
   const int blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  matvec_kernel<Dec, kTokens, kRows, kLanes, kPrefetch><<<blocks, kMatvecThreads, 0, p.stream>>>(
+  matvec_kernel<Dec, kTokens, kRows, kLanes, units_per_round<Dec, kTokens>()><<<blocks, kMatvecThreads, 0, p.stream>>>(
       p.w, p.row_bytes, p.rows, p.cols, p.x, p.n_tokens, p.y, p.residual);
   M40_CUDA_CHECK_LAUNCH();
 }
 
-// The shape per batch size: (rows per lane, lanes per row, prefetch). A
-// warp per two rows keeps enough warps in flight for a 4096-row matrix on a
+// A warp per two rows keeps enough warps in flight for a 4096-row matrix on a
 // large GPU while each x load serves two rows. The generic decoders need the
-// registers of a second row and of the prefetch for themselves.
+// registers of a second row for themselves.
 template <class Dec>
 void launch_for_tokens(const Product& p) {
   constexpr int kRows = kGenericDecoder<Dec> ? 1 : 2;
-  constexpr bool kPrefetch = !kGenericDecoder<Dec>;
-  if (p.n_tokens <= 1) return launch<Dec, 1, kRows, 32, kPrefetch>(p);
-  if (p.n_tokens <= 2) return launch<Dec, 2, kRows, 32, kPrefetch>(p);
-  if (p.n_tokens <= 4) return launch<Dec, 4, kRows, 32, false>(p);
-  return launch<Dec, 8, kRows, 32, false>(p);
+  if (p.n_tokens <= 1) return launch<Dec, 1, kRows, 32>(p);
+  if (p.n_tokens <= 2) return launch<Dec, 2, kRows, 32>(p);
+  if (p.n_tokens <= 4) return launch<Dec, 4, kRows, 32>(p);
+  return launch<Dec, 8, kRows, 32>(p);
 }
 
 }  // namespace
