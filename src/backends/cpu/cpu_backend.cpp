@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/batch_check.h"
 #include "common/error.h"
 
 namespace m40::cpu {
@@ -47,35 +48,8 @@ CpuBackend::CpuBackend(const model::LlamaHparams& hparams, const model::LlamaWei
   output_norm_ = vector_of(weights.output_norm);
 }
 
-void CpuBackend::validate(const backend::Batch& batch, size_t logits_size) const {
-  if (batch.size() == 0) throw Error("empty batch");
-  if (batch.positions.size() != batch.size() || batch.seq_ids.size() != batch.size() ||
-      batch.want_logits.size() != batch.size()) {
-    throw Error("batch fields have different lengths");
-  }
-  if (logits_size < batch.logits_count() * hparams_.n_vocab) throw Error("logits buffer too small for the batch");
-  std::vector<int> filled = filled_;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const int32_t token = batch.tokens[i], pos = batch.positions[i], seq = batch.seq_ids[i];
-    if (token < 0 || static_cast<uint32_t>(token) >= hparams_.n_vocab) {
-      throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
-                  std::to_string(hparams_.n_vocab));
-    }
-    if (seq < 0 || seq >= options_.n_seq) throw Error("sequence " + std::to_string(seq) + " has no KV slot");
-    if (pos < 0 || pos >= options_.n_ctx) {
-      throw Error("position " + std::to_string(pos) + " is outside the context of " + std::to_string(options_.n_ctx) +
-                  " tokens");
-    }
-    if (pos > filled[seq]) {
-      throw Error("position " + std::to_string(pos) + " of sequence " + std::to_string(seq) +
-                  " skips uncached positions (cached: " + std::to_string(filled[seq]) + ")");
-    }
-    filled[seq] = std::max(filled[seq], pos + 1);
-  }
-}
-
 void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
-  validate(batch, logits.size());
+  backend::check_batch(batch, logits.size(), static_cast<int>(hparams_.n_vocab), options_.n_ctx, filled_);
   const auto& hp = hparams_;
   const int64_t n = static_cast<int64_t>(batch.size());
   const int64_t n_embd = hp.n_embd, q_dim = hp.q_dim(), kv_dim = hp.kv_dim(), n_ff = hp.n_ff;
@@ -119,9 +93,7 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
     add_in_place(x.data(), proj.data(), n * n_embd);
   }
 
-  for (int64_t t = 0; t < n; ++t) {
-    filled_[batch.seq_ids[t]] = std::max(filled_[batch.seq_ids[t]], batch.positions[t] + 1);
-  }
+  backend::advance_cached(batch, filled_);
 
   // Only the tokens whose logits are wanted go through the output head.
   int64_t n_out = 0;

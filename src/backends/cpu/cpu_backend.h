@@ -36,7 +36,6 @@ class CpuBackend : public backend::Backend {
   void forward(const backend::Batch& batch, std::span<float> logits) override;
 
  private:
-  void validate(const backend::Batch& batch, size_t logits_size) const;
 
   model::LlamaHparams hparams_;
   const model::LlamaWeights& weights_;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/cuda/device.h"
+#include "backends/batch_check.h"
 #include "common/error.h"
 #include "quant/dequantize.h"
 
@@ -158,33 +159,6 @@ void CudaBackend::upload_weights(const model::LlamaWeights& weights) {
   M40_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
 }
 
-void CudaBackend::validate(const backend::Batch& batch, size_t logits_size) const {
-  if (batch.size() == 0) throw Error("empty batch");
-  if (batch.positions.size() != batch.size() || batch.seq_ids.size() != batch.size() ||
-      batch.want_logits.size() != batch.size()) {
-    throw Error("batch fields have different lengths");
-  }
-  if (logits_size < batch.logits_count() * hparams_.n_vocab) throw Error("logits buffer too small for the batch");
-  std::vector<int> filled = filled_;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const int32_t token = batch.tokens[i], pos = batch.positions[i], seq = batch.seq_ids[i];
-    if (token < 0 || static_cast<uint32_t>(token) >= hparams_.n_vocab) {
-      throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
-                  std::to_string(hparams_.n_vocab));
-    }
-    if (seq < 0 || seq >= options_.n_seq) throw Error("sequence " + std::to_string(seq) + " has no KV slot");
-    if (pos < 0 || pos >= options_.n_ctx) {
-      throw Error("position " + std::to_string(pos) + " is outside the context of " + std::to_string(options_.n_ctx) +
-                  " tokens");
-    }
-    if (pos > filled[seq]) {
-      throw Error("position " + std::to_string(pos) + " of sequence " + std::to_string(seq) +
-                  " skips uncached positions (cached: " + std::to_string(filled[seq]) + ")");
-    }
-    filled[seq] = std::max(filled[seq], pos + 1);
-  }
-}
-
 void CudaBackend::enqueue_layers(int n, int max_positions) {
   const auto& hp = hparams_;
   RopeConfig rope_config;
@@ -301,7 +275,7 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
 }
 
 void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) {
-  validate(batch, logits.size());
+  backend::check_batch(batch, logits.size(), static_cast<int>(hparams_.n_vocab), options_.n_ctx, filled_);
   select_device(options_.device);
   size_t written = 0;
   // Chunks of max_batch tokens, in order: later chunks attend to the K/V the
@@ -310,9 +284,7 @@ void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) 
     const size_t end = std::min(batch.size(), begin + options_.max_batch);
     run_chunk(batch, begin, end, logits.data(), written);
   }
-  for (size_t i = 0; i < batch.size(); ++i) {
-    filled_[batch.seq_ids[i]] = std::max(filled_[batch.seq_ids[i]], batch.positions[i] + 1);
-  }
+  backend::advance_cached(batch, filled_);
 }
 
 }  // namespace m40::cuda

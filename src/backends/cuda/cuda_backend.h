@@ -56,7 +56,6 @@ class CudaBackend : public backend::Backend {
   void upload_weights(const model::LlamaWeights& weights);
   DeviceWeight upload_matrix(const model::WeightView& w, Uploader& uploader);
   const float* upload_vector(const model::WeightView& w);
-  void validate(const backend::Batch& batch, size_t logits_size) const;
   // Enqueues the layers for the n tokens already in the device id buffers,
   // leaving the hidden states in x_.
   void enqueue_layers(int n, int max_positions);
