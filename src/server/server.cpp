@@ -260,12 +260,16 @@ void parse_host_port(const std::string& text, std::string& host, int& port) {
   std::string rest = text;
   if (auto scheme = rest.find("://"); scheme != std::string::npos) rest = rest.substr(scheme + 3);
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  auto unbracket = [](std::string h) {  // "[::1]" -> "::1"
+    if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+    return h;
+  };
   const auto colon = rest.rfind(':');
   if (colon == std::string::npos || (rest.front() == '[' && rest.find(']') > colon)) {
-    if (!rest.empty()) host = rest;
+    if (!rest.empty()) host = unbracket(rest);
     return;
   }
-  if (colon > 0) host = rest.substr(0, colon);
+  if (colon > 0) host = unbracket(rest.substr(0, colon));
   const std::string p = rest.substr(colon + 1);
   if (p.empty()) return;
   try {
@@ -461,13 +465,18 @@ int Server::bind() {
 }
 
 void Server::listen() {
+  auto& s = *state_;
   bind();
-  state_->http.listen_after_bind();
+  // in_listen before the stopping check, stop() sets them the other way
+  // round: one of the two always sees the other.
+  s.in_listen.store(true);
+  if (!s.stopping.load()) s.http.listen_after_bind();
+  s.in_listen.store(false);
 }
 
 int Server::start() {
   const int port = bind();
-  state_->listen_thread = std::thread([this] { state_->http.listen_after_bind(); });
+  state_->listen_thread = std::thread([this] { listen(); });
   // Bounded wait until the accept loop runs, so a client can connect at once.
   for (int i = 0; i < 500 && !state_->http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   return port;
@@ -476,7 +485,13 @@ int Server::start() {
 void Server::stop() {
   auto& s = *state_;
   s.stopping.store(true);
+  // httplib's stop() does nothing until the accept loop runs: repeat it
+  // (bounded) while a listen() is between its start and that loop.
   s.http.stop();
+  for (int i = 0; i < 2000 && s.in_listen.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    s.http.stop();
+  }
   if (s.listen_thread.joinable()) s.listen_thread.join();
   if (s.scheduler) s.scheduler->stop();
 }

@@ -56,6 +56,7 @@ struct Server::State {
   std::chrono::system_clock::time_point loaded_at{};
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
+  std::atomic<bool> in_listen{false};  // inside listen(), which stop() must end
   std::atomic<uint64_t> http_requests{0};
   int bound_port = -1;
   std::thread listen_thread;

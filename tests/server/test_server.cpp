@@ -525,5 +525,8 @@ TEST(HostPort, ParsesEnvironmentForms) {
   server::parse_host_port("example", host, port);
   EXPECT_EQ(host, "example");
   EXPECT_EQ(port, 9000);
+  server::parse_host_port("[::1]:7000", host, port);
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 7000);
   EXPECT_THROW(server::parse_host_port("h:99999", host, port), Error);
 }
