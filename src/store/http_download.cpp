@@ -216,6 +216,22 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   return bytes;
 }
 
+// Keeps the Link header of the last response (a redirect's does not count).
+size_t keep_link_header(char* data, size_t size, size_t count, void* user) {
+  auto& link = *static_cast<std::string*>(user);
+  const size_t bytes = size * count;
+  const std::string line(data, bytes);
+  if (line.rfind("HTTP/", 0) == 0) {
+    link.clear();
+    return bytes;
+  }
+  const size_t colon = line.find(':');
+  if (colon != std::string::npos && lower(trim(line.substr(0, colon))) == "link") {
+    link += (link.empty() ? "" : ", ") + trim(line.substr(colon + 1));
+  }
+  return bytes;
+}
+
 size_t on_body(char* data, size_t size, size_t count, void* user) {
   auto& t = *static_cast<Transfer*>(user);
   const size_t bytes = size * count;
@@ -268,15 +284,22 @@ std::string size_text(uint64_t n) { return std::to_string(n) + " bytes"; }
 
 }  // namespace
 
-std::string http_get_text(const std::string& url, const std::map<std::string, std::string>& headers) {
+std::string http_get_text(const std::string& url, const std::map<std::string, std::string>& headers,
+                          std::string* link_header) {
   Easy easy;
   easy.setup(url, headers);
   std::string body;
   curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, append_to_string);
   curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &body);
+  std::string link;
+  if (link_header != nullptr) {
+    curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, keep_link_header);
+    curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, &link);
+  }
   const CURLcode code = curl_easy_perform(easy.get());
   if (code != CURLE_OK) throw network_error(url, code, easy.message(code));
   if (easy.status() >= 400) throw status_error(url, easy.status());
+  if (link_header != nullptr) *link_header = link;
   return body;
 }
 

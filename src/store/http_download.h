@@ -36,8 +36,11 @@ class DiskError : public Error {
 };
 
 // GET a URL into memory (redirects followed); throws HttpStatusError for
-// status >= 400 and NetworkError when the server cannot be reached.
-std::string http_get_text(const std::string& url, const std::map<std::string, std::string>& headers = {});
+// status >= 400 and NetworkError when the server cannot be reached. When
+// `link_header` is given it receives the final response's Link header ("" if
+// none), which paginated APIs use to point at the next page.
+std::string http_get_text(const std::string& url, const std::map<std::string, std::string>& headers = {},
+                          std::string* link_header = nullptr);
 
 struct DownloadRequest {
   std::string url;

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <set>
+#include <sstream>
 
 #include "common/error.h"
 #include "store/http_download.h"
@@ -46,6 +47,24 @@ std::string url_escape_path(const std::string& path) {
     }
   }
   return out;
+}
+
+// Whether a Link entry's parameters ("; rel=\"next last\"") name "next"
+// among its relation types.
+bool has_next_relation(const std::string& params) {
+  std::string p;
+  for (unsigned char c : params) p += static_cast<char>(std::tolower(c));
+  size_t rel = p.find("rel=");
+  if (rel == std::string::npos) return false;
+  rel += 4;
+  const bool quoted = rel < p.size() && p[rel] == '"';
+  if (quoted) ++rel;
+  const size_t end = p.find_first_of(quoted ? "\"" : ";, ", rel);
+  std::istringstream types(p.substr(rel, end == std::string::npos ? std::string::npos : end - rel));
+  for (std::string type; types >> type;) {
+    if (type == "next") return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -93,14 +112,46 @@ std::vector<HfFile> parse_hf_tree(const std::string& json) {
   return files;
 }
 
+std::optional<std::string> next_page_url(const std::string& link_header, const std::string& request_url) {
+  // Entries are "<URL>; param=value; ..." separated by commas; a URL may
+  // itself hold commas, so each entry is found from its angle brackets.
+  size_t pos = 0;
+  while ((pos = link_header.find('<', pos)) != std::string::npos) {
+    const size_t close = link_header.find('>', pos);
+    if (close == std::string::npos) break;
+    const std::string target = link_header.substr(pos + 1, close - pos - 1);
+    const size_t params_end = std::min(link_header.find('<', close), link_header.size());
+    if (has_next_relation(link_header.substr(close + 1, params_end - close - 1))) {
+      if (target.starts_with("http://") || target.starts_with("https://")) return target;
+      const size_t scheme = request_url.find("://");
+      const size_t origin_end = request_url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
+      return request_url.substr(0, origin_end) + (target.starts_with("/") ? "" : "/") + target;
+    }
+    pos = close + 1;
+  }
+  return std::nullopt;
+}
+
 std::vector<HfFile> hf_list_files(const std::string& org, const std::string& repo) {
-  const std::string url = hf_endpoint() + "/api/models/" + org + "/" + repo + "/tree/main?recursive=true";
+  // A guard against a server whose pages point in a circle.
+  constexpr int kMaxPages = 10000;
+  std::string url = hf_endpoint() + "/api/models/" + org + "/" + repo + "/tree/main?recursive=true";
+  std::vector<HfFile> files;
+  std::set<std::string> seen;
   try {
-    return parse_hf_tree(http_get_text(url, hf_headers()));
+    for (int page = 0; page < kMaxPages && seen.insert(url).second; ++page) {
+      std::string link;
+      auto page_files = parse_hf_tree(http_get_text(url, hf_headers(), &link));
+      files.insert(files.end(), std::make_move_iterator(page_files.begin()), std::make_move_iterator(page_files.end()));
+      const auto next = next_page_url(link, url);
+      if (!next) return files;
+      url = *next;
+    }
   } catch (const HttpStatusError& e) {
     if (e.status() == 404) throw Error("repository " + org + "/" + repo + " not found on " + hf_endpoint() + " (HTTP 404)");
     throw;
   }
+  throw Error("the file listing of " + org + "/" + repo + " on " + hf_endpoint() + " does not end (its pages repeat)");
 }
 
 std::string hf_file_url(const std::string& org, const std::string& repo, const std::string& path) {

@@ -25,7 +25,12 @@ std::map<std::string, std::string> hf_headers();
 
 // Parses GET {endpoint}/api/models/ORG/REPO/tree/main.
 std::vector<HfFile> parse_hf_tree(const std::string& json);
-// Fetches and parses it; a missing repository is a one-line m40::Error.
+// The rel="next" target of an HTTP Link header (RFC 8288), made absolute
+// against `request_url` when it is a path; nullopt when there is none.
+std::optional<std::string> next_page_url(const std::string& link_header, const std::string& request_url);
+// Fetches and parses it, following the listing's pages (Hugging Face sends
+// a Link: <...>; rel="next" header while there are more files); a missing
+// repository is a one-line m40::Error.
 std::vector<HfFile> hf_list_files(const std::string& org, const std::string& repo);
 std::string hf_file_url(const std::string& org, const std::string& repo, const std::string& path);
 

@@ -1,5 +1,7 @@
 // A fake Hugging Face on 127.0.0.1 (an ephemeral port), in the test process:
-//   GET /api/models/ORG/REPO/tree/main   the file listing (LFS oid = sha256)
+//   GET /api/models/ORG/REPO/tree/main   the file listing (LFS oid = sha256),
+//                                        in pages of set_page_size() files
+//                                        linked by Link: <...>; rel="next"
 //   GET /ORG/REPO/resolve/main/FILE      the file, with Range support
 //   GET /files/NAME                      a plain URL, with X-Linked-Etag
 //   GET /redirect/NAME                   302 to /files/NAME
@@ -42,20 +44,29 @@ class FakeHub {
       record(req);
       const std::string prefix = req.matches[1].str() + "/" + req.matches[2].str() + "/";
       std::lock_guard lock(mutex_);
-      std::string json = "[";
-      bool any = false;
+      std::vector<std::string> entries;
       for (const auto& [key, f] : files_) {
         if (key.rfind(prefix, 0) != 0) continue;
-        if (any) json += ",";
-        any = true;
-        json += R"({"type":"file","oid":"0","size":134,"path":")" + key.substr(prefix.size()) + R"(","lfs":{"oid":")" +
-                f.sha256 + R"(","size":)" + std::to_string(f.bytes.size()) + R"(,"pointerSize":134}})";
+        entries.push_back(R"({"type":"file","oid":"0","size":134,"path":")" + key.substr(prefix.size()) +
+                          R"(","lfs":{"oid":")" + f.sha256 + R"(","size":)" + std::to_string(f.bytes.size()) +
+                          R"(,"pointerSize":134}})");
       }
-      json += "]";
-      if (!any) {
+      if (entries.empty()) {
         res.status = 404;
         res.set_content(R"({"error":"Repository not found"})", "application/json");
         return;
+      }
+      // Like Hugging Face: an opaque cursor in the query, the next page's
+      // full URL in the Link header, no Link on the last page.
+      const size_t first = req.has_param("cursor") ? std::stoul(req.get_param_value("cursor")) : 0;
+      const size_t count = page_size_ == 0 ? entries.size() : page_size_;
+      const size_t last = std::min(entries.size(), first + count);
+      std::string json = "[";
+      for (size_t i = first; i < last; ++i) json += (i > first ? "," : "") + entries[i];
+      json += "]";
+      if (last < entries.size()) {
+        res.set_header("Link", "<" + endpoint() + req.path + "?recursive=true&cursor=" + std::to_string(last) +
+                                   ">; rel=\"next\"");
       }
       res.set_content(json, "application/json");
     });
@@ -95,6 +106,12 @@ class FakeHub {
     return files_[key] = std::move(s);
   }
   Served& add_file(const std::string& key, const std::filesystem::path& path) { return add(key, read_text_file(path)); }
+
+  // Listings come in pages of this many files (0: all on one page).
+  void set_page_size(size_t files) {
+    std::lock_guard lock(mutex_);
+    page_size_ = files;
+  }
 
   std::vector<HubRequest> requests() const {
     std::lock_guard lock(mutex_);
@@ -147,6 +164,7 @@ class FakeHub {
   std::thread thread_;
   mutable std::mutex mutex_;
   std::map<std::string, Served> files_;
+  size_t page_size_ = 0;
   std::vector<HubRequest> requests_;
 };
 

@@ -68,6 +68,20 @@ TEST(HuggingFace, SplitFilesAreRefusedClearly) {
                m40::Error);
 }
 
+TEST(HuggingFace, TheNextPageComesFromTheLinkHeader) {
+  using m40::store::next_page_url;
+  const std::string here = "https://huggingface.co/api/models/o/r/tree/main?recursive=true";
+  EXPECT_EQ(next_page_url(R"(<https://huggingface.co/api/models/o/r/tree/main?recursive=true&cursor=ZXlK>; rel="next")", here),
+            "https://huggingface.co/api/models/o/r/tree/main?recursive=true&cursor=ZXlK");
+  // Several links, the next one second; a relative target; rel with two types.
+  EXPECT_EQ(next_page_url(R"(<https://x/a?p=1>; rel="prev", </api/b?c=2,3>; rel="next")", here),
+            "https://huggingface.co/api/b?c=2,3");
+  EXPECT_EQ(next_page_url(R"(<https://x/n>; REL="next last")", here), "https://x/n");
+  EXPECT_EQ(next_page_url(R"(<https://x/p>; rel="prev")", here), std::nullopt);
+  EXPECT_EQ(next_page_url(R"(<https://x/p>; rel="nextish")", here), std::nullopt);
+  EXPECT_EQ(next_page_url("", here), std::nullopt);
+}
+
 TEST(PullRef, Kinds) {
   using m40::store::parse_pull_ref;
   using m40::store::SourceKind;

@@ -99,6 +99,25 @@ TEST_F(Pull, TheDefaultQuantizationIsQ4_K_M) {
   EXPECT_EQ(hub.requests_for("/test/tinystories/resolve/main/tinystories-Q4_K_M.gguf").size(), 1u);
 }
 
+// Hugging Face lists a large repository in pages; a file on the last page
+// is found only by following each page's Link: rel="next".
+TEST_F(Pull, AListingInPagesIsFollowedToTheLastPage) {
+  hub.add("test/tinystories/README.md", "# TinyStories\n");
+  hub.add("test/tinystories/config.json", "{}");
+  hub.add_file("test/tinystories/zz/tinystories-Q5_K_M.gguf", m40::test::shared_model(kQ2));
+  hub.set_page_size(2);  // five files: three pages
+  const BinaryResult r = run_binary({"pull", "hf.co/test/tinystories:Q5_K_M"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hf.co/test/tinystories:Q5_K_M\n");
+  EXPECT_EQ(hub.requests_for("/api/models/test/tinystories/tree/main").size(), 3u);
+  EXPECT_EQ(stored("hf.co/test/tinystories", "Q5_K_M"), shared_bytes(kQ2));
+
+  // A quantization that is on no page lists what every page holds.
+  const BinaryResult missing = run_binary({"pull", "hf.co/test/tinystories:Q6_K"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("it has: Q2_K, Q5_K_M, Q8_0"), std::string::npos) << missing.err;
+}
+
 TEST_F(Pull, AFileOfARepositoryByPath) {
   const BinaryResult r = run_binary({"pull", std::string("test/tinystories/") + kQ2});
   ASSERT_EQ(r.exit_code, 0) << r.err;
