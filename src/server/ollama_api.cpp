@@ -205,7 +205,7 @@ void register_ollama_routes(Server::State& s) {
   http.Get("/api/ps", route(s, ApiFlavor::Ollama, [&s](const httplib::Request&, httplib::Response& res) {
              json entry = model_entry(s);
              entry["expires_at"] = "9999-12-31T23:59:59Z";  // loaded for the server's lifetime
-             entry["size_vram"] = s.backend->name() == "cpu" ? 0 : s.model_size;
+             entry["size_vram"] = s.backend->name() == "CPU" ? 0 : s.model_size;  // the CPU backend holds nothing in VRAM
              entry["context_length"] = s.scheduler->n_ctx();
              send_json(res, {{"models", json::array({entry})}});
            }));
