@@ -1,5 +1,5 @@
-// `m40-llm run MODEL PROMPT`: generates a continuation of PROMPT and streams
-// it to stdout as it is produced.
+// `m40-llm run MODEL [PROMPT]`: answers PROMPT, streamed to stdout as it is
+// produced; without a PROMPT, an interactive chat (interactive_chat.h).
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -9,6 +9,8 @@
 
 #include "chat/model_template.h"
 #include "cli/commands.h"
+#include "cli/interactive_chat.h"
+#include "cli/timings.h"
 #include "common/error.h"
 #include "engine/backend_factory.h"
 #include "common/memory_size.h"
@@ -23,6 +25,7 @@ namespace {
 struct RunOptions {
   std::string model;
   std::string prompt;
+  bool prompt_given = false;  // an empty PROMPT given is still a one-shot prompt
   engine::SamplerParams sampler;
   int64_t seed = -1;
   int max_tokens = -1;
@@ -39,14 +42,6 @@ struct RunOptions {
   std::string logits_out;
 };
 
-void print_duration(const char* label, double seconds) {
-  if (seconds >= 1.0) {
-    std::fprintf(stderr, "%-22s%.6fs\n", label, seconds);
-  } else {
-    std::fprintf(stderr, "%-22s%.6fms\n", label, seconds * 1e3);
-  }
-}
-
 void write_logits(const std::string& path, const std::vector<float>& logits) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
@@ -54,6 +49,9 @@ void write_logits(const std::string& path, const std::vector<float>& logits) {
 }
 
 int run_run(RunOptions o) {
+  if (!o.prompt_given && (o.raw || !o.logits_out.empty())) {
+    throw Error("--raw and --logits-out need a PROMPT; the interactive chat (no PROMPT) always uses the chat template");
+  }
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   auto model = model::LoadedModel::open(store::resolve_model(o.model));
@@ -68,6 +66,17 @@ int run_run(RunOptions o) {
   else if (o.kv_type != "f16") throw Error("--kv-type must be f16 or f32");
   auto backend = engine::make_backend(*model, bo);
   const double load_seconds = std::chrono::duration<double>(clock::now() - start).count();
+
+  if (!o.prompt_given) {
+    ChatSettings settings;
+    settings.generation.sampler = o.sampler;
+    settings.generation.max_tokens = o.max_tokens;
+    settings.generation.stop = o.stop;
+    settings.generation.ignore_eos = o.ignore_eos;
+    settings.seed = o.seed;
+    settings.verbose = o.verbose;
+    return run_interactive_chat(*model, vocab, *backend, settings, load_seconds);
+  }
 
   // Like `ollama run`, the prompt is one user message rendered through the
   // model's chat template (for a model without one, the fallback passes a
@@ -104,18 +113,13 @@ int run_run(RunOptions o) {
   if (!o.logits_out.empty()) write_logits(o.logits_out, logits);
 
   if (o.verbose) {
-    const double total = std::chrono::duration<double>(clock::now() - start).count();
-    const int n_gen = static_cast<int>(result.tokens.size());
     std::fprintf(stderr, "\n");
-    print_duration("total duration:", total);
-    print_duration("load duration:", load_seconds);
-    std::fprintf(stderr, "%-22s%d token(s)\n", "prompt eval count:", result.prompt_tokens);
-    print_duration("prompt eval duration:", result.prompt_seconds);
-    std::fprintf(stderr, "%-22s%.2f tokens/s\n", "prompt eval rate:", result.prompt_tokens / result.prompt_seconds);
-    std::fprintf(stderr, "%-22s%d token(s)\n", "eval count:", n_gen);
-    print_duration("eval duration:", result.generate_seconds);
-    std::fprintf(stderr, "%-22s%.2f tokens/s\n", "eval rate:",
-                 result.generate_seconds > 0 ? n_gen / result.generate_seconds : 0.0);
+    print_timings(stderr, {.total_seconds = std::chrono::duration<double>(clock::now() - start).count(),
+                           .load_seconds = load_seconds,
+                           .prompt_tokens = result.prompt_tokens,
+                           .prompt_seconds = result.prompt_seconds,
+                           .generated_tokens = static_cast<int>(result.tokens.size()),
+                           .generate_seconds = result.generate_seconds});
     std::fprintf(stderr, "%-22s%s\n", "finish reason:",
                  std::string(engine::finish_reason_name(result.finish_reason)).c_str());
     std::fprintf(stderr, "%-22s%s\n", "backend:", backend->name().c_str());
@@ -128,9 +132,13 @@ int run_run(RunOptions o) {
 void register_run_command(CLI::App& app) {
   auto opts = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "run", "Answer PROMPT with MODEL, streamed to stdout (the prompt goes through the model's chat template)");
+      "run",
+      "Answer PROMPT with MODEL, streamed to stdout (the prompt goes through the model's chat template); "
+      "without PROMPT, chat with it interactively like `ollama run`");
   cmd->add_option("MODEL", opts->model, "A store name (see `m40-llm list`) or a GGUF file")->required();
-  cmd->add_option("PROMPT", opts->prompt, "The prompt (special tokens such as <s> in it are parsed)")->required();
+  auto* prompt = cmd->add_option("PROMPT", opts->prompt,
+                  "The prompt (special tokens such as <s> in it are parsed); without one, an interactive chat "
+                  "(lines from stdin when it is not a terminal; /? inside lists the commands)");
   auto& s = opts->sampler;
   cmd->add_option("--temperature,--temp", s.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
   cmd->add_option("--top-k", s.top_k, "Keep the K most likely tokens; 0 disables")->capture_default_str();
@@ -161,7 +169,10 @@ void register_run_command(CLI::App& app) {
   cmd->add_flag("--verbose", opts->verbose, "Print timings (prompt and generation speed) to stderr afterwards");
   cmd->add_option("--logits-out", opts->logits_out,
                   "Write the float32 logits of the last prompt position to this file");
-  cmd->callback([opts] { set_command_action([opts] { return run_run(*opts); }); });
+  cmd->callback([opts, prompt] {
+    opts->prompt_given = prompt->count() > 0;
+    set_command_action([opts] { return run_run(*opts); });
+  });
 }
 
 }  // namespace m40::cli

@@ -22,6 +22,7 @@ void register_pull_command(CLI::App& app);  // pull, list, rm: the model store
 void register_list_command(CLI::App& app);
 void register_rm_command(CLI::App& app);
 void register_serve_command(CLI::App& app);
+void register_ps_command(CLI::App& app);  // asks a running server
 
 // Registers the action of the subcommand being defined; run_selected_command
 // runs the one the user chose, turning m40::Error into a one-line message and

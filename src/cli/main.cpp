@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   m40::cli::register_list_command(app);
   m40::cli::register_rm_command(app);
   m40::cli::register_serve_command(app);
+  m40::cli::register_ps_command(app);
 
   try {
     app.parse(argc, argv);
