@@ -1,5 +1,7 @@
-// `m40-llm serve MODEL`: the HTTP server (OpenAI and Ollama APIs) until
-// Ctrl-C or SIGTERM. See docs/server.md.
+// `m40-llm serve [MODEL]`: the HTTP server (OpenAI and Ollama APIs) until
+// Ctrl-C or SIGTERM. Requests load the model they name on demand; MODEL,
+// when given, is loaded at start and answers requests that name none.
+// See docs/server.md.
 #include <CLI/CLI.hpp>
 
 #include <csignal>
@@ -18,6 +20,7 @@ namespace {
 
 struct ServeOptions {
   std::string model;
+  std::string keep_alive;
   server::ServerOptions server;
   bool host_given = false;
   bool port_given = false;
@@ -33,6 +36,11 @@ int run_serve(ServeOptions o) {
     if (!o.host_given) so.host = host;
     if (!o.port_given) so.port = port;
   }
+  // --keep-alive, else $M40_LLM_KEEP_ALIVE (Ollama's OLLAMA_KEEP_ALIVE), else 5m.
+  if (o.keep_alive.empty()) {
+    if (const char* env = std::getenv("M40_LLM_KEEP_ALIVE"); env != nullptr) o.keep_alive = env;
+  }
+  if (!o.keep_alive.empty()) so.keep_alive = server::parse_keep_alive(o.keep_alive);
   // SIGINT / SIGTERM go to one waiting thread that stops the server cleanly;
   // a client that vanishes mid-write must not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
@@ -44,7 +52,11 @@ int run_serve(ServeOptions o) {
 
   server::Server srv(so);
   const int port = srv.bind();
-  std::fprintf(stderr, "m40-llm: listening on http://%s:%d (loading %s)\n", so.host.c_str(), port, o.model.c_str());
+  if (o.model.empty()) {
+    std::fprintf(stderr, "m40-llm: listening on http://%s:%d (models load on demand)\n", so.host.c_str(), port);
+  } else {
+    std::fprintf(stderr, "m40-llm: listening on http://%s:%d (loading %s)\n", so.host.c_str(), port, o.model.c_str());
+  }
   // /health answers 503 while the model loads.
   std::thread http([&srv] { srv.listen(); });
   std::thread waiter([&srv, signals] {
@@ -54,7 +66,7 @@ int run_serve(ServeOptions o) {
     srv.stop();
   });
   try {
-    srv.load_model(o.model);
+    if (!o.model.empty()) srv.load_model(o.model);
   } catch (...) {
     srv.stop();
     http.join();
@@ -62,7 +74,7 @@ int run_serve(ServeOptions o) {
     waiter.join();
     throw;
   }
-  std::fprintf(stderr, "m40-llm: ready (%d parallel request%s)\n", so.parallel, so.parallel == 1 ? "" : "s");
+  std::fprintf(stderr, "m40-llm: ready (%d parallel request%s per model)\n", so.parallel, so.parallel == 1 ? "" : "s");
   http.join();
   // The server stopped on its own (not by a signal): release the waiter.
   pthread_kill(waiter.native_handle(), SIGTERM);
@@ -75,8 +87,10 @@ int run_serve(ServeOptions o) {
 void register_serve_command(CLI::App& app) {
   auto opts = std::make_shared<ServeOptions>();
   auto& so = opts->server;
-  CLI::App* cmd = app.add_subcommand("serve", "Serve MODEL over HTTP with the OpenAI and Ollama APIs");
-  cmd->add_option("MODEL", opts->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "Serve models over HTTP with the OpenAI and Ollama APIs; a request's 'model' is loaded on demand");
+  cmd->add_option("MODEL", opts->model,
+                  "Store name or GGUF file loaded at start, for requests that name no model (optional)");
   auto* host = cmd->add_option("--host", so.host, "Address to listen on ($M40_LLM_HOST=host:port also works)")
                    ->capture_default_str();
   auto* port = cmd->add_option("--port", so.port, "Port to listen on; 0 picks a free one")->capture_default_str();
@@ -90,6 +104,9 @@ void register_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-t,--threads", so.threads, "CPU threads (default: every core)");
   cmd->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--keep-alive", opts->keep_alive,
+                  "How long an idle model stays loaded: 5m, 1h, 30s, 0 (unload at once), -1 (forever); "
+                  "$M40_LLM_KEEP_ALIVE also works; default 5m");
   cmd->add_flag("--cpu", so.force_cpu, "Use the CPU backend even when a GPU is present");
   cmd->add_flag("--verbose", so.log_requests, "Log each request on stderr");
   cmd->callback([opts, host, port] {

@@ -200,7 +200,11 @@ void Scheduler::loop() {
       if (s && s->request->stream->cancelled()) finish(*s, FinishReason::Cancelled);
       if (s && s->done) s.reset();
     }
-    if (std::none_of(slots.begin(), slots.end(), [](const auto& s) { return s != nullptr; })) continue;
+    if (std::none_of(slots.begin(), slots.end(), [](const auto& s) { return s != nullptr; })) {
+      std::lock_guard lock(mutex_);
+      stats_.slots_busy = 0;  // the last slots were cancelled: no step will count them
+      continue;
+    }
     try {
       step(slots);
     } catch (const std::exception& e) {

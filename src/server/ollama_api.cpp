@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/model_summary.h"
+#include "server/model_catalog.h"
 #include "server/server_state.h"
 
 #ifndef M40_VERSION
@@ -17,7 +18,7 @@ namespace {
 int64_t ns(double seconds) { return static_cast<int64_t>(seconds * 1e9); }
 
 // Ollama's defaults, which differ from llama.cpp's (docs/sampling.md).
-engine::RequestParams ollama_params(Server::State& s, const json& body) {
+engine::RequestParams ollama_params(const json& body, int n_ctx) {
   engine::RequestParams p;
   auto& sp = p.sampler;
   sp.temperature = 0.8f;
@@ -41,11 +42,11 @@ engine::RequestParams ollama_params(Server::State& s, const json& body) {
   if (auto v = get_int(o, "seed")) sp.seed = *v < 0 ? engine::kRandomSeed : static_cast<uint64_t>(*v);
   if (auto v = get_int(o, "num_predict")) p.max_tokens = *v < 0 ? -1 : static_cast<int>(*v);
   p.stop = get_stop(o, "stop");
-  if (auto v = get_int(o, "num_ctx"); v && *v > s.scheduler->n_ctx()) {
+  if (auto v = get_int(o, "num_ctx"); v && *v > n_ctx) {
     // The context is fixed when the server starts; say so instead of failing
     // clients that always send num_ctx.
     std::fprintf(stderr, "m40-llm: a request asked for num_ctx %lld; this server runs with %d (--ctx)\n",
-                 static_cast<long long>(*v), s.scheduler->n_ctx());
+                 static_cast<long long>(*v), n_ctx);
   }
   return p;
 }
@@ -65,9 +66,9 @@ json check_images(const json& holder) {
   return nullptr;
 }
 
-void add_timings(json& j, const engine::RequestTimings& t, Clock::time_point received) {
+void add_timings(json& j, const engine::RequestTimings& t, Clock::time_point received, double load_seconds) {
   j["total_duration"] = ns(std::chrono::duration<double>(Clock::now() - received).count());
-  j["load_duration"] = 0;
+  j["load_duration"] = ns(load_seconds);
   j["prompt_eval_count"] = t.prompt_tokens;
   j["prompt_eval_duration"] = ns(t.prompt_seconds);
   j["eval_count"] = t.generated_tokens;
@@ -78,59 +79,85 @@ std::string ndjson(const json& j) { return j.dump(-1, ' ', false, json::error_ha
 
 std::string done_reason(engine::FinishReason r) { return std::string(engine::finish_reason_name(r)); }
 
+// A keep_alive field that is no duration is the client's mistake.
+std::optional<KeepAlive> request_keep_alive(const json& body) {
+  try {
+    return keep_alive_field(body);
+  } catch (const Error& e) {
+    throw HttpError{400, e.what()};
+  }
+}
+
+// Chat messages of an Ollama request, checked; empty when there are none.
+json ollama_messages(const json& body) {
+  auto it = body.find("messages");
+  json messages = json::array();
+  if (it == body.end() || it->is_null()) return messages;
+  if (!it->is_array()) throw HttpError{400, "'messages' must be a list of messages"};
+  for (const auto& m : *it) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      throw HttpError{400, "each message must be an object with a string 'role'"};
+    }
+    if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
+      throw HttpError{400, "a message's 'content' must be a string"};
+    }
+    check_images(m);
+    json copy = m;
+    if (!copy.contains("content") || copy["content"].is_null()) copy["content"] = "";
+    messages.push_back(std::move(copy));
+  }
+  return messages;
+}
+
 void handle_generation(Server::State& s, const httplib::Request& req, httplib::Response& res, bool chat) {
   const auto received = Clock::now();
   const json body = parse_body(req);
-  const auto model_field = get_string(body, "model");
-  const std::string model = model_field && !model_field->empty() ? *model_field : s.model_name + ":latest";
+  const std::string model_ref = model_field(body);
+  const auto keep_alive = request_keep_alive(body);
   refuse_unsupported(body);
-  engine::RequestParams params = ollama_params(s, body);
   const bool stream = wants_stream(body);
   get_string(body, "template");  // type check only; the model's template is used
+  const json messages = chat ? ollama_messages(body) : json::array();
+  if (!chat) check_images(body);
+  const auto prompt = chat ? std::string() : get_string(body, "prompt").value_or("");
+  const auto system = chat ? std::nullopt : get_string(body, "system");
+  const bool raw = get_bool(body, "raw").value_or(false);
 
+  auto lease = s.models.acquire(model_ref, keep_alive);
+  ResidentModel& m = lease->model();
+  const std::string model = ollama_name(model_ref.empty() ? m.name : model_ref);
+  engine::RequestParams params = ollama_params(body, m.scheduler->n_ctx());
+
+  if (chat ? messages.empty() : (prompt.empty() && !system)) {
+    // Ollama answers a request without a prompt by loading the model (or,
+    // with keep_alive 0, by unloading it).
+    const std::string path = m.path;
+    const double load_seconds = lease->load_seconds();
+    lease.reset();
+    const bool unload = keep_alive && keep_alive->unload_at_once();
+    if (unload) s.models.unload_if_idle(path);
+    json j = {{"model", model}, {"created_at", rfc3339_now()}};
+    if (chat) j["message"] = {{"role", "assistant"}, {"content", ""}};
+    else j["response"] = "";
+    j["done_reason"] = unload ? "unload" : "load";
+    j["done"] = true;
+    if (load_seconds > 0) j["load_duration"] = ns(load_seconds);
+    send_json(res, j);
+    return;
+  }
   if (chat) {
-    auto it = body.find("messages");
-    if (it == body.end() || it->is_null() || (it->is_array() && it->empty())) {
-      // Ollama answers an empty chat by loading the model.
-      send_json(res, {{"model", model}, {"created_at", rfc3339_now()}, {"message", {{"role", "assistant"}, {"content", ""}}},
-                      {"done_reason", "load"}, {"done", true}});
-      return;
-    }
-    if (!it->is_array()) throw HttpError{400, "'messages' must be a list of messages"};
-    json messages = json::array();
-    for (const auto& m : *it) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-        throw HttpError{400, "each message must be an object with a string 'role'"};
-      }
-      if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
-        throw HttpError{400, "a message's 'content' must be a string"};
-      }
-      check_images(m);
-      json copy = m;
-      if (!copy.contains("content") || copy["content"].is_null()) copy["content"] = "";
-      messages.push_back(std::move(copy));
-    }
-    params.prompt = chat_prompt(s, messages);
+    params.prompt = chat_prompt(m, messages);
+  } else if (raw) {
+    params.prompt = raw_prompt(m, prompt);
   } else {
-    check_images(body);
-    const auto prompt = get_string(body, "prompt").value_or("");
-    const auto system = get_string(body, "system");
-    if (prompt.empty() && !system) {
-      send_json(res, {{"model", model}, {"created_at", rfc3339_now()}, {"response", ""}, {"done", true},
-                      {"done_reason", "load"}});
-      return;
-    }
-    if (get_bool(body, "raw").value_or(false)) {
-      params.prompt = raw_prompt(s, prompt);
-    } else {
-      json messages = json::array();
-      if (system) messages.push_back({{"role", "system"}, {"content", *system}});
-      messages.push_back({{"role", "user"}, {"content", prompt}});
-      params.prompt = chat_prompt(s, messages);
-    }
+    json turns = json::array();
+    if (system) turns.push_back({{"role", "system"}, {"content", *system}});
+    turns.push_back({{"role", "user"}, {"content", prompt}});
+    params.prompt = chat_prompt(m, turns);
   }
 
-  auto request = submit(s, std::move(params));
+  auto request = submit(m, std::move(params));
+  const double load_seconds = lease->load_seconds();
   auto piece = [chat, model](const std::string& text, bool done) {
     json j = {{"model", model}, {"created_at", rfc3339_now()}};
     if (chat) j["message"] = {{"role", "assistant"}, {"content", text}};
@@ -139,27 +166,27 @@ void handle_generation(Server::State& s, const httplib::Request& req, httplib::R
     return j;
   };
   if (!stream) {
-    const Completion c = collect(s, *request);
+    const Completion c = collect(s, req, *request);
     json j = piece(c.text, true);
     j["done_reason"] = done_reason(c.finish_reason);
-    add_timings(j, c.timings, received);
+    add_timings(j, c.timings, received, load_seconds);
     send_json(res, j);
     return;
   }
   StreamFormat f;
   f.on_text = [piece](const std::string& text) { return ndjson(piece(text, false)); };
-  f.on_end = [piece, received](const engine::StreamEvent& done) {
+  f.on_end = [piece, received, load_seconds](const engine::StreamEvent& done) {
     json j = piece("", true);
     j["done_reason"] = done_reason(done.finish_reason);
-    add_timings(j, done.timings, received);
+    add_timings(j, done.timings, received, load_seconds);
     return ndjson(j);
   };
   f.on_error = [](const std::string& message) { return ndjson({{"error", message}}); };
-  stream_response(s, res, "application/x-ndjson", request, std::move(f));
+  stream_response(s, res, "application/x-ndjson", request, std::move(lease), std::move(f));
 }
 
-json model_details(Server::State& s) {
-  const auto summary = model::summarize(s.model->file);
+json model_details(const gguf::File& file) {
+  const auto summary = model::summarize(file);
   std::string quant;
   if (summary.file_type) quant = model::file_type_name(*summary.file_type).value_or("");
   return {{"parent_model", ""},
@@ -170,12 +197,33 @@ json model_details(Server::State& s) {
           {"quantization_level", quant}};
 }
 
-json model_entry(Server::State& s) {
-  return {{"name", s.model_name + ":latest"},
-          {"model", s.model_name + ":latest"},
-          {"size", s.model_size},
-          {"digest", ""},
-          {"details", model_details(s)}};
+// Details of a model that may not be loaded: its header, read from the file
+// (mapped, not loaded); the manifest's facts when the file cannot be read.
+json model_details(const AvailableModel& m) {
+  try {
+    return model_details(gguf::File::open(m.path));
+  } catch (const std::exception&) {
+    return {{"parent_model", ""}, {"format", "gguf"}, {"family", m.architecture},
+            {"families", json::array({m.architecture})}, {"parameter_size", ""}, {"quantization_level", m.quant}};
+  }
+}
+
+std::string rfc3339(std::chrono::system_clock::time_point t) {
+  char out[64];
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return out;
+}
+
+json model_entry(const AvailableModel& m) {
+  return {{"name", ollama_name(m.name)},
+          {"model", ollama_name(m.name)},
+          {"modified_at", rfc3339(m.modified)},
+          {"size", m.size},
+          {"digest", m.digest},
+          {"details", model_details(m)}};
 }
 
 }  // namespace
@@ -185,7 +233,7 @@ void register_ollama_routes(Server::State& s) {
   http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content("m40-llm is running", "text/plain"); });
   http.Get("/api/version", route(s, ApiFlavor::Ollama, [](const httplib::Request&, httplib::Response& res) {
              send_json(res, {{"version", M40_VERSION}});
-           }, false));
+           }));
   http.Post("/api/generate", route(s, ApiFlavor::Ollama, [&s](const httplib::Request& req, httplib::Response& res) {
               handle_generation(s, req, res, false);
             }));
@@ -193,28 +241,42 @@ void register_ollama_routes(Server::State& s) {
               handle_generation(s, req, res, true);
             }));
   http.Get("/api/tags", route(s, ApiFlavor::Ollama, [&s](const httplib::Request&, httplib::Response& res) {
-             json entry = model_entry(s);
-             char modified[64];
-             const std::time_t t = std::chrono::system_clock::to_time_t(s.loaded_at);
-             std::tm tm{};
-             gmtime_r(&t, &tm);
-             std::strftime(modified, sizeof modified, "%Y-%m-%dT%H:%M:%SZ", &tm);
-             entry["modified_at"] = modified;
-             send_json(res, {{"models", json::array({entry})}});
+             json list = json::array();
+             for (const auto& m : available_models(s.models)) list.push_back(model_entry(m));
+             send_json(res, {{"models", list}});
            }));
   http.Get("/api/ps", route(s, ApiFlavor::Ollama, [&s](const httplib::Request&, httplib::Response& res) {
-             json entry = model_entry(s);
-             entry["expires_at"] = "9999-12-31T23:59:59Z";  // loaded for the server's lifetime
-             entry["size_vram"] = s.backend->name() == "CPU" ? 0 : s.model_size;  // the CPU backend holds nothing in VRAM
-             entry["context_length"] = s.scheduler->n_ctx();
-             send_json(res, {{"models", json::array({entry})}});
+             json list = json::array();
+             if (auto loaded = s.models.resident()) {
+               const ResidentModel& m = *loaded->model;
+               json entry = {{"name", ollama_name(m.name)},
+                             {"model", ollama_name(m.name)},
+                             {"size", m.size},
+                             {"digest", ""},
+                             {"details", model_details(m.model->file)}};
+               // A model in use expires keep_alive after its last request ends.
+               std::optional<std::chrono::system_clock::time_point> expires = loaded->expires_at;
+               if (loaded->users > 0) {
+                 const auto keep_alive = s.models.default_keep_alive();
+                 expires.reset();
+                 if (!keep_alive.forever) expires = std::chrono::system_clock::now() + keep_alive.duration;
+               }
+               entry["expires_at"] = expires ? rfc3339(*expires) : "9999-12-31T23:59:59Z";  // never: keep_alive < 0
+               entry["size_vram"] = m.backend->name() == "CPU" ? 0 : m.size;  // the CPU backend holds nothing in VRAM
+               entry["context_length"] = m.scheduler->n_ctx();
+               list.push_back(std::move(entry));
+             }
+             send_json(res, {{"models", list}});
            }));
   http.Post("/api/show", route(s, ApiFlavor::Ollama, [&s](const httplib::Request& req, httplib::Response& res) {
               const json body = parse_body(req);
               auto name = get_string(body, "model");
               if (!name) name = get_string(body, "name");
               if (!name || name->empty()) throw HttpError{400, "'model' (the model's name) is required"};
-              const auto summary = model::summarize(s.model->file);
+              // The file's header, without loading the model.
+              const ModelTarget target = s.models.resolve(*name);
+              const gguf::File file = gguf::File::open(target.path);
+              const auto summary = model::summarize(file);
               json info = {{"general.architecture", summary.architecture},
                            {"general.parameter_count", summary.parameter_count}};
               if (summary.name) info["general.name"] = *summary.name;
@@ -224,10 +286,10 @@ void register_ollama_routes(Server::State& s) {
               if (summary.head_count) info[summary.architecture + ".attention.head_count"] = *summary.head_count;
               if (summary.head_count_kv) info[summary.architecture + ".attention.head_count_kv"] = *summary.head_count_kv;
               send_json(res, {{"license", summary.license.value_or("")},
-                              {"modelfile", "FROM " + s.model_path + "\n"},
+                              {"modelfile", "FROM " + target.path + "\n"},
                               {"parameters", ""},
-                              {"template", s.chat_template->chat_template.source()},
-                              {"details", model_details(s)},
+                              {"template", chat::model_chat_template(file).chat_template.source()},
+                              {"details", model_details(file)},
                               {"model_info", info},
                               {"capabilities", json::array({"completion"})}});
             }));

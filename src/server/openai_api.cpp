@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "server/model_catalog.h"
 #include "server/server_state.h"
 
 namespace m40::server {
@@ -78,6 +79,13 @@ json usage_json(const engine::RequestTimings& t) {
 
 std::string finish_name(engine::FinishReason r) { return std::string(engine::finish_reason_name(r)); }
 
+json openai_model(const AvailableModel& m) {
+  return {{"id", m.name},
+          {"object", "model"},
+          {"created", std::chrono::duration_cast<std::chrono::seconds>(m.modified.time_since_epoch()).count()},
+          {"owned_by", "m40-llm"}};
+}
+
 std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
 
 // A message's content: a string, or a list of {"type": "text", "text": ...} parts.
@@ -111,11 +119,11 @@ json openai_messages(const json& body) {
   return messages;
 }
 
-std::vector<int32_t> completion_prompt(Server::State& s, const json& body) {
+std::vector<int32_t> completion_prompt(ResidentModel& m, const json& body) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) throw HttpError{400, "'prompt' is required"};
-  if (it->is_string()) return raw_prompt(s, it->get<std::string>());
-  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return raw_prompt(s, (*it)[0].get<std::string>());
+  if (it->is_string()) return raw_prompt(m, it->get<std::string>());
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return raw_prompt(m, (*it)[0].get<std::string>());
   if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& t) { return t.is_number_integer(); })) {
     std::vector<int32_t> tokens;
     for (const auto& t : *it) tokens.push_back(t.get<int32_t>());
@@ -126,21 +134,22 @@ std::vector<int32_t> completion_prompt(Server::State& s, const json& body) {
 
 void handle_completion(Server::State& s, const httplib::Request& req, httplib::Response& res, bool chat) {
   const json body = parse_body(req);
-  if (auto m = body.find("model"); m != body.end() && !m->is_null() && !m->is_string()) {
-    throw HttpError{400, "'model' must be a string"};
-  }
+  const std::string model_ref = model_field(body);
   engine::RequestParams params = openai_params(body);
   const bool stream = wants_stream(body);
   const bool usage = wants_usage(body);
-  params.prompt = chat ? chat_prompt(s, openai_messages(body)) : completion_prompt(s, body);
+  const json messages = chat ? openai_messages(body) : json();
+  auto lease = s.models.acquire(model_ref, std::nullopt);
+  ResidentModel& m = lease->model();
+  params.prompt = chat ? chat_prompt(m, messages) : completion_prompt(m, body);
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_now();
-  const std::string model = s.model_name;
+  const std::string model = m.name;
   const char* object = chat ? "chat.completion" : "text_completion";
 
-  auto request = submit(s, std::move(params));
+  auto request = submit(m, std::move(params));
   if (!stream) {
-    const Completion c = collect(s, *request);
+    const Completion c = collect(s, req, *request);
     json choice = {{"index", 0}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
@@ -192,7 +201,7 @@ void handle_completion(Server::State& s, const httplib::Request& req, httplib::R
   f.on_error = [](const std::string& message) {
     return sse({{"error", {{"message", message}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
   };
-  stream_response(s, res, "text/event-stream", request, std::move(f));
+  stream_response(s, res, "text/event-stream", request, std::move(lease), std::move(f));
 }
 
 }  // namespace
@@ -205,21 +214,17 @@ void register_openai_routes(Server::State& s) {
               route(s, ApiFlavor::OpenAI, [&s](const httplib::Request& req, httplib::Response& res) {
                 handle_completion(s, req, res, true);
               }));
-  auto model_json = [&s] {
-    return json{{"id", s.model_name},
-                {"object", "model"},
-                {"created", std::chrono::duration_cast<std::chrono::seconds>(s.loaded_at.time_since_epoch()).count()},
-                {"owned_by", "m40-llm"}};
-  };
-  s.http.Get("/v1/models", route(s, ApiFlavor::OpenAI, [=](const httplib::Request&, httplib::Response& res) {
-               send_json(res, {{"object", "list"}, {"data", json::array({model_json()})}});
+  s.http.Get("/v1/models", route(s, ApiFlavor::OpenAI, [&s](const httplib::Request&, httplib::Response& res) {
+               json data = json::array();
+               for (const auto& entry : available_models(s.models)) data.push_back(openai_model(entry));
+               send_json(res, {{"object", "list"}, {"data", data}});
              }));
-  s.http.Get(R"(/v1/models/(.+))", route(s, ApiFlavor::OpenAI, [=, &s](const httplib::Request& req, httplib::Response& res) {
-               if (req.matches[1] != s.model_name) {
-                 throw HttpError{404, "the model '" + std::string(req.matches[1]) + "' is not loaded", "invalid_request_error",
-                                 "model_not_found"};
+  s.http.Get(R"(/v1/models/(.+))", route(s, ApiFlavor::OpenAI, [&s](const httplib::Request& req, httplib::Response& res) {
+               const std::string id = req.matches[1];
+               for (const auto& entry : available_models(s.models)) {
+                 if (entry.name == id || entry.name == id + ":latest" || ollama_name(entry.name) == id) return send_json(res, openai_model(entry));
                }
-               send_json(res, model_json());
+               throw HttpError{404, "the model '" + id + "' does not exist", "invalid_request_error", "model_not_found"};
              }));
 }
 

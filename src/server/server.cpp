@@ -87,10 +87,10 @@ std::vector<std::string> get_stop(const json& j, const char* key) {
 
 // ---- generation ------------------------------------------------------------
 
-std::shared_ptr<engine::RequestStream> submit(Server::State& s, engine::RequestParams params) {
+std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params) {
   using R = engine::RequestRejected::Reason;
   try {
-    return s.scheduler->submit(std::move(params));
+    return m.scheduler->submit(std::move(params));
   } catch (const engine::RequestRejected& e) {
     switch (e.reason()) {
       case R::Invalid: throw HttpError{400, e.what()};
@@ -101,17 +101,26 @@ std::shared_ptr<engine::RequestStream> submit(Server::State& s, engine::RequestP
   }
 }
 
-Completion collect(Server::State& s, engine::RequestStream& stream) {
+Completion collect(Server::State& s, const httplib::Request& req, engine::RequestStream& stream) {
   Completion out;
+  ClientConnection client(req);
+  auto next_check = Clock::now() + std::chrono::milliseconds(100);
   std::vector<engine::StreamEvent> events;
   for (;;) {
     events.clear();
-    if (!stream.wait(std::chrono::milliseconds(200), events)) {
-      if (s.stopping.load()) {
+    const bool got = stream.wait(std::chrono::milliseconds(100), events);
+    if (!got && s.stopping.load()) {
+      stream.cancel();
+      throw HttpError{503, "the server is shutting down", "server_error"};
+    }
+    // Text may flow without pause, so the check goes by the clock.
+    if (Clock::now() >= next_check) {
+      next_check = Clock::now() + std::chrono::milliseconds(100);
+      if (client.closed()) {
+        // Nobody will read the answer: free the slot now.
         stream.cancel();
-        throw HttpError{503, "the server is shutting down", "server_error"};
+        throw HttpError{499, "the client closed the connection", "invalid_request_error", "client_closed"};
       }
-      continue;
     }
     for (auto& e : events) {
       switch (e.kind) {
@@ -127,7 +136,8 @@ Completion collect(Server::State& s, engine::RequestStream& stream) {
 }
 
 void stream_response(Server::State& s, httplib::Response& res, const char* content_type,
-                     std::shared_ptr<engine::RequestStream> stream, StreamFormat format) {
+                     std::shared_ptr<engine::RequestStream> stream, std::shared_ptr<ModelLease> lease,
+                     StreamFormat format) {
   auto started = std::make_shared<bool>(false);
   Server::State* state = &s;
   res.set_header("Cache-Control", "no-cache");
@@ -170,25 +180,28 @@ void stream_response(Server::State& s, httplib::Response& res, const char* conte
         return write(out);
       },
       // Whatever ended the response (done, a failed write, a closed
-      // connection), the request must not keep its slot.
-      [stream](bool) { stream->cancel(); });
+      // connection), the request must not keep its slot, nor the model.
+      [stream, lease](bool) {
+        stream->cancel();
+        lease->release();
+      });
 }
 
-std::vector<int32_t> chat_prompt(Server::State& s, const json& messages) {
-  auto options = s.chat_template->options();
+std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages) {
+  auto options = m.chat_template->options();
   options.add_generation_prompt = true;
   std::string text;
   try {
-    text = s.chat_template->render(messages, options);
+    text = m.chat_template->render(messages, options);
   } catch (const Error& e) {
     throw HttpError{400, std::string("the model's chat template could not render these messages: ") + e.what()};
   }
   // The rendered text carries BOS where the template wants it.
-  return s.vocab->encode(text, {.add_special = false, .parse_special = true});
+  return m.vocab->encode(text, {.add_special = false, .parse_special = true});
 }
 
-std::vector<int32_t> raw_prompt(Server::State& s, const std::string& text) {
-  return s.vocab->encode(text, {.add_special = true, .parse_special = true});
+std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text) {
+  return m.vocab->encode(text, {.add_special = true, .parse_special = true});
 }
 
 // ---- answers -----------------------------------------------------------------
@@ -209,14 +222,10 @@ void send_error(httplib::Response& res, ApiFlavor flavor, const HttpError& error
 }
 
 httplib::Server::Handler route(Server::State& s, ApiFlavor flavor,
-                               std::function<void(const httplib::Request&, httplib::Response&)> handler,
-                               bool needs_model) {
-  return [&s, flavor, handler = std::move(handler), needs_model](const httplib::Request& req, httplib::Response& res) {
+                               std::function<void(const httplib::Request&, httplib::Response&)> handler) {
+  return [&s, flavor, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
     s.http_requests.fetch_add(1);
     try {
-      if (needs_model && !s.ready.load()) {
-        throw HttpError{503, "the model is still loading; try again shortly", "server_error", "loading"};
-      }
       handler(req, res);
     } catch (const HttpError& e) {
       send_error(res, flavor, e);
@@ -228,6 +237,13 @@ httplib::Server::Handler route(Server::State& s, ApiFlavor flavor,
       send_error(res, flavor, {500, e.what(), "server_error"});
     }
   };
+}
+
+std::string model_field(const json& body) {
+  if (auto m = body.find("model"); m != body.end() && !m->is_null() && !m->is_string()) {
+    throw HttpError{400, "'model' must be a string"};
+  }
+  return get_string(body, "model").value_or("");
 }
 
 std::string random_id(const char* prefix) {
@@ -289,16 +305,15 @@ namespace {
 void register_ops_routes(Server::State& s) {
   auto& http = s.http;
   http.Get("/health", route(s, ApiFlavor::Ollama, [&s](const httplib::Request&, httplib::Response& res) {
-             if (!s.ready.load()) {
+             if (s.models.loading()) {
                send_json(res, {{"status", "loading"}}, 503);
              } else {
                send_json(res, {{"status", "ok"}});
              }
-           }, false));
+           }));
 
   http.Get("/metrics", route(s, ApiFlavor::Ollama, [&s](const httplib::Request&, httplib::Response& res) {
-             engine::SchedulerStats st;
-             if (s.scheduler) st = s.scheduler->stats();
+             const engine::SchedulerStats st = s.models.stats();
              std::ostringstream out;
              auto metric = [&](const char* name, const char* type, const char* help, auto value) {
                out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
@@ -318,9 +333,9 @@ void register_ops_routes(Server::State& s) {
              metric("m40_queue_depth", "gauge", "Requests waiting for a slot.", st.queue_depth);
              metric("m40_slots_busy", "gauge", "Slots generating or reading a prompt.", st.slots_busy);
              metric("m40_slots_total", "gauge", "Slots (requests served at the same time).", st.slots_total);
-             metric("m40_model_loaded", "gauge", "1 once the model is loaded.", s.ready.load() ? 1 : 0);
+             metric("m40_model_loaded", "gauge", "1 while a model is loaded.", s.models.resident() ? 1 : 0);
              res.set_content(out.str(), "text/plain; version=0.0.4");
-           }, false));
+           }));
 
   http.Post("/tokenize", route(s, ApiFlavor::Ollama, [&s](const httplib::Request& req, httplib::Response& res) {
               const json body = parse_body(req);
@@ -329,12 +344,14 @@ void register_ops_routes(Server::State& s) {
               const bool add_special = get_bool(body, "add_special").value_or(false);
               const bool parse_special = get_bool(body, "parse_special").value_or(true);
               const bool with_pieces = get_bool(body, "with_pieces").value_or(false);
+              const auto lease = s.models.acquire(model_field(body), std::nullopt);
+              const auto& vocab = lease->model().vocab;
               const auto tokens =
-                  s.vocab->encode(*content, {.add_special = add_special, .parse_special = parse_special});
+                  vocab->encode(*content, {.add_special = add_special, .parse_special = parse_special});
               json list = json::array();
               for (int32_t t : tokens) {
                 if (with_pieces) {
-                  list.push_back({{"id", t}, {"piece", s.vocab->piece(t, true)}});
+                  list.push_back({{"id", t}, {"piece", vocab->piece(t, true)}});
                 } else {
                   list.push_back(t);
                 }
@@ -344,19 +361,21 @@ void register_ops_routes(Server::State& s) {
 
   http.Post("/detokenize", route(s, ApiFlavor::Ollama, [&s](const httplib::Request& req, httplib::Response& res) {
               const json body = parse_body(req);
+              const auto lease = s.models.acquire(model_field(body), std::nullopt);
+              const auto& vocab = lease->model().vocab;
               auto it = body.find("tokens");
               if (it == body.end() || !it->is_array()) throw HttpError{400, "'tokens' must be a list of token ids"};
               std::vector<int32_t> ids;
               for (const auto& t : *it) {
                 if (!t.is_number_integer()) throw HttpError{400, "'tokens' must be a list of token ids"};
                 const int64_t id = t.get<int64_t>();
-                if (id < 0 || id >= static_cast<int64_t>(s.vocab->size())) {
+                if (id < 0 || id >= static_cast<int64_t>(vocab->size())) {
                   throw HttpError{400, "token id " + std::to_string(id) + " is outside the vocabulary (0 to " +
-                                           std::to_string(s.vocab->size() - 1) + ")"};
+                                           std::to_string(vocab->size() - 1) + ")"};
                 }
                 ids.push_back(static_cast<int32_t>(id));
               }
-              send_json(res, {{"content", s.vocab->decode(ids)}});
+              send_json(res, {{"content", vocab->decode(ids)}});
             }));
 }
 
@@ -364,10 +383,15 @@ void register_ops_routes(Server::State& s) {
 
 // ---- Server ----------------------------------------------------------------
 
-Server::Server(ServerOptions options) : state_(std::make_unique<State>()) {
-  auto& s = *state_;
+namespace {
+ServerOptions checked(ServerOptions options) {
   if (options.parallel < 1) throw Error("--parallel must be at least 1");
-  s.options = std::move(options);
+  return options;
+}
+}  // namespace
+
+Server::Server(ServerOptions options) : state_(std::make_unique<State>(checked(std::move(options)))) {
+  auto& s = *state_;
   const auto& o = s.options;
   const int threads = o.http_threads > 0 ? o.http_threads : std::min(256, o.parallel + o.max_queue + 8);
   s.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
@@ -417,35 +441,14 @@ Server::Server(ServerOptions options) : state_(std::make_unique<State>()) {
   register_ops_routes(s);
   register_openai_routes(s);
   register_ollama_routes(s);
+  register_pull_route(s);
 }
 
 Server::~Server() { stop(); }
 
-void Server::load_model(const std::string& path) {
-  auto& s = *state_;
-  if (s.ready.load()) throw Error("a model is already loaded");
-  s.model = model::LoadedModel::open(path);
-  s.vocab = std::make_unique<tokenizer::Vocab>(tokenizer::Vocab::from_metadata(s.model->file.metadata()));
-  s.chat_template.emplace(chat::model_chat_template(s.model->file));
-  engine::BackendOptions bo;
-  bo.n_ctx = s.options.n_ctx;
-  bo.n_seq = s.options.parallel;
-  bo.threads = s.options.threads;
-  bo.force_cpu = s.options.force_cpu;
-  s.backend = engine::make_backend(*s.model, bo);
-  if (s.options.wrap_backend) s.backend = s.options.wrap_backend(std::move(s.backend));
-  s.scheduler = std::make_unique<engine::Scheduler>(
-      *s.backend, *s.vocab,
-      engine::SchedulerOptions{.max_queue = s.options.max_queue, .prefill_chunk = s.options.prefill_chunk});
-  s.model_path = path;
-  s.model_name = std::filesystem::path(path).stem().string();
-  std::error_code ec;
-  s.model_size = std::filesystem::file_size(path, ec);
-  s.loaded_at = std::chrono::system_clock::now();
-  s.ready.store(true);
-}
+void Server::load_model(const std::string& ref) { state_->models.load_default(ref); }
 
-bool Server::ready() const { return state_->ready.load(); }
+bool Server::ready() const { return !state_->models.loading(); }
 
 int Server::bind() {
   auto& s = *state_;
@@ -493,7 +496,7 @@ void Server::stop() {
     s.http.stop();
   }
   if (s.listen_thread.joinable()) s.listen_thread.join();
-  if (s.scheduler) s.scheduler->stop();
+  s.models.stop();
 }
 
 int Server::port() const { return state_->bound_port; }

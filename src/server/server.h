@@ -1,10 +1,10 @@
 // `m40-llm serve`: the HTTP server. It speaks the OpenAI API (/v1/...) and
-// the Ollama API (/api/...) over one loaded model, with the engine's
-// Scheduler doing the work; handler threads only parse, queue and stream.
-// See docs/server.md for the routes.
+// the Ollama API (/api/...), loading the model a request names on demand
+// (ModelManager), with the engine's Scheduler doing the work; handler
+// threads only parse, queue and stream. See docs/server.md for the routes.
 //
 //   m40::server::Server server(options);
-//   server.load_model("model.gguf");   // /health answers 503 until this returns
+//   server.load_model("model.gguf");   // optional: the default model, loaded now
 //   int port = server.bind();          // port 0: a free one
 //   server.listen();                   // blocks until stop()
 #pragma once
@@ -16,6 +16,7 @@
 #include <string>
 
 #include "backends/backend.h"
+#include "server/keep_alive.h"
 
 namespace m40::server {
 
@@ -32,6 +33,7 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;  // larger request bodies get 413
   int http_threads = 0;      // 0: enough for every slot and queued request, plus a few
   bool log_requests = false; // one line per request on stderr
+  KeepAlive keep_alive;      // how long an idle model stays loaded (a request's keep_alive overrides)
   // Wraps the backend load_model() builds (tests use it for a slow or gated
   // backend); empty: the backend as built.
   std::function<std::unique_ptr<backend::Backend>(std::unique_ptr<backend::Backend>)> wrap_backend;
@@ -44,9 +46,10 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Opens the model, builds the backend and starts the engine. Throws
-  // m40::Error when the file cannot be used.
-  void load_model(const std::string& path);
+  // Loads the default model (a store name or a GGUF path: what requests
+  // that name no model get) now. Throws m40::Error when it cannot be used.
+  void load_model(const std::string& ref);
+  // False while a model loads (/health answers 503 then).
   bool ready() const;
 
   // Binds host:port and returns the port (the chosen one for port 0).

@@ -20,6 +20,9 @@
 #include "chat/model_template.h"
 #include "engine/scheduler.h"
 #include "model/loaded_model.h"
+#include "server/client_connection.h"
+#include "server/http_error.h"
+#include "server/model_manager.h"
 #include "server/server.h"
 #include "tokenizer/vocab.h"
 
@@ -28,33 +31,14 @@ namespace m40::server {
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-// An error answered to the client: HTTP status, message, and OpenAI's
-// error type / code.
-struct HttpError {
-  HttpError(int status_, std::string message_, std::string type_ = "invalid_request_error", std::string code_ = "")
-      : status(status_), message(std::move(message_)), type(std::move(type_)), code(std::move(code_)) {}
-  int status;
-  std::string message;
-  std::string type;
-  std::string code;
-};
-
 // Which error shape a route answers in.
 enum class ApiFlavor { OpenAI, Ollama };
 
 struct Server::State {
+  explicit State(ServerOptions o) : options(std::move(o)), models(options) {}
   ServerOptions options;
   httplib::Server http;
-  std::unique_ptr<model::LoadedModel> model;
-  std::unique_ptr<tokenizer::Vocab> vocab;
-  std::unique_ptr<backend::Backend> backend;
-  std::unique_ptr<engine::Scheduler> scheduler;
-  std::optional<chat::ModelChatTemplate> chat_template;
-  std::string model_path;
-  std::string model_name;  // the file name without .gguf
-  uint64_t model_size = 0;
-  std::chrono::system_clock::time_point loaded_at{};
-  std::atomic<bool> ready{false};
+  ModelManager models;
   std::atomic<bool> stopping{false};
   std::atomic<bool> in_listen{false};  // inside listen(), which stop() must end
   std::atomic<uint64_t> http_requests{0};
@@ -78,19 +62,21 @@ std::vector<std::string> get_stop(const json& j, const char* key);
 // ---- generation ------------------------------------------------------------
 
 // Queues a request; RequestRejected becomes HttpError (400 / 503).
-std::shared_ptr<engine::RequestStream> submit(Server::State& s, engine::RequestParams params);
+std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params);
 
 struct Completion {
   std::string text;
   engine::FinishReason finish_reason = engine::FinishReason::EndOfGeneration;
   engine::RequestTimings timings;
 };
-// Waits for the whole answer; HttpError 500 when the engine failed.
-Completion collect(Server::State& s, engine::RequestStream& stream);
+// Waits for the whole answer; HttpError 500 when the engine failed. A
+// client that closes its connection meanwhile cancels the request.
+Completion collect(Server::State& s, const httplib::Request& req, engine::RequestStream& stream);
 
 // Streams the answer as chunks: `on_start` first (may be empty), `on_text`
 // for each piece, then `on_end` for the Done event or `on_error` for a
-// failure. A client that goes away cancels the request.
+// failure. A client that goes away cancels the request. The lease keeps
+// the model loaded until the stream ends.
 struct StreamFormat {
   std::function<std::string()> on_start;
   std::function<std::string(const std::string& text)> on_text;
@@ -98,24 +84,27 @@ struct StreamFormat {
   std::function<std::string(const std::string& message)> on_error;
 };
 void stream_response(Server::State& s, httplib::Response& res, const char* content_type,
-                     std::shared_ptr<engine::RequestStream> stream, StreamFormat format);
+                     std::shared_ptr<engine::RequestStream> stream, std::shared_ptr<ModelLease> lease,
+                     StreamFormat format);
 
 // Renders chat messages (already checked: objects with string role and
 // content) through the model's template and tokenizes the result.
-std::vector<int32_t> chat_prompt(Server::State& s, const json& messages);
+std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages);
 
 // Tokens of a plain prompt (BOS as the vocabulary asks, special tokens parsed).
-std::vector<int32_t> raw_prompt(Server::State& s, const std::string& text);
+std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text);
 
 // ---- answers -----------------------------------------------------------------
 
 void send_json(httplib::Response& res, const json& body, int status = 200);
 void send_error(httplib::Response& res, ApiFlavor flavor, const HttpError& error);
 // Runs a handler, turning HttpError, bad JSON and other exceptions into
-// error answers of the route's flavor; answers 503 while the model loads.
+// error answers of the route's flavor.
 httplib::Server::Handler route(Server::State& s, ApiFlavor flavor,
-                               std::function<void(const httplib::Request&, httplib::Response&)> handler,
-                               bool needs_model = true);
+                               std::function<void(const httplib::Request&, httplib::Response&)> handler);
+
+// The request's `model` field ("" when absent); 400 when it is no string.
+std::string model_field(const json& body);
 
 std::string random_id(const char* prefix);
 std::string rfc3339_now();
@@ -123,5 +112,6 @@ int64_t unix_now();
 
 void register_openai_routes(Server::State& s);
 void register_ollama_routes(Server::State& s);
+void register_pull_route(Server::State& s);
 
 }  // namespace m40::server

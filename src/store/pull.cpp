@@ -94,7 +94,8 @@ void remove_file(const fs::path& path) {
 }
 
 // Copies a local file into the partial file, hashing as it goes.
-std::string copy_with_hash(const fs::path& from, const fs::path& to, Progress& progress) {
+std::string copy_with_hash(const fs::path& from, const fs::path& to,
+                           const std::function<void(uint64_t, std::optional<uint64_t>)>& report) {
   std::ifstream in(from, std::ios::binary);
   if (!in) throw Error("cannot read " + from.string() + ": " + std::strerror(errno));
   std::ofstream out(to, std::ios::binary | std::ios::trunc);
@@ -113,7 +114,7 @@ std::string copy_with_hash(const fs::path& from, const fs::path& to, Progress& p
     if (!out) throw DiskError("cannot write " + to.string() + ": " + std::strerror(errno != 0 ? errno : EIO));
     hash.update(buffer.data(), got);
     done += got;
-    progress.update(done, total);
+    report(done, total);
   }
   if (in.bad()) throw Error("cannot read " + from.string());
   out.flush();
@@ -197,12 +198,16 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
 
   std::fprintf(log, "pulling %s from %s\n", name.str().c_str(), source.c_str());
   Progress progress(name.str(), options.terminal, log);
+  const auto report = [&](uint64_t done, std::optional<uint64_t> total) {
+    progress.update(done, total);
+    if (options.on_progress) options.on_progress(done, total);
+  };
   std::string sha;
   uint64_t size = 0;
   try {
     if (ref.kind == SourceKind::LocalFile) {
       source = fs::absolute(ref.location).lexically_normal().string();
-      sha = copy_with_hash(ref.location, partial, progress);
+      sha = copy_with_hash(ref.location, partial, report);
       size = fs::file_size(partial);
     } else {
       DownloadRequest request;
@@ -210,7 +215,7 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
       request.partial = partial;
       request.expected_size = expected_size;
       request.headers = headers;
-      request.on_progress = [&](uint64_t done, std::optional<uint64_t> total) { progress.update(done, total); };
+      request.on_progress = report;
       request.on_notice = [&](const std::string& text) { progress.notice(text); };
       const DownloadResult result = download_file(request);
       if (result.resumed_from > 0) {

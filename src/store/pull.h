@@ -3,7 +3,9 @@
 // source says it, validated as GGUF, and only then made visible.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -34,6 +36,9 @@ struct PullOptions {
   std::optional<std::string> name;  // store name instead of the default
   bool terminal = false;            // draw a progress bar
   std::FILE* log = stderr;
+  // Bytes done and total (when known) as the download or copy goes on
+  // (the server's /api/pull status lines).
+  std::function<void(uint64_t done, std::optional<uint64_t> total)> on_progress;
 };
 
 struct PullResult {

@@ -15,6 +15,7 @@
 #include "engine/generator.h"
 #include "engine/scheduler.h"
 #include "server/server.h"
+#include "store/store_test_home.h"
 #include "test_paths.h"
 
 using namespace m40;
@@ -87,6 +88,7 @@ class ServerTest : public ::testing::Test {
     return client().Post(path, headers, body.dump(), "application/json");
   }
 
+  test::TempStoreHome home_;  // an empty store: /api/tags lists the served file alone
   std::shared_ptr<Pacing> pacing_ = std::make_shared<Pacing>();
   std::unique_ptr<server::Server> server_;
   int port_ = 0;
@@ -244,7 +246,7 @@ TEST_F(ServerTest, StopStringEndsTheAnswerBeforeIt) {
 
 TEST_F(ServerTest, OllamaGenerateStreamsNdjsonWithTimings) {
   start(with(2));
-  auto r = post("/api/generate", {{"model", "tiny"},
+  auto r = post("/api/generate", {{"model", "TinyStories-656K-Q8_0"},
                                   {"prompt", "Once upon a time"},
                                   {"raw", true},
                                   {"options", {{"temperature", 0}, {"repeat_penalty", 1.0}, {"num_predict", 10}}}});
@@ -270,7 +272,7 @@ TEST_F(ServerTest, OllamaGenerateStreamsNdjsonWithTimings) {
 
 TEST_F(ServerTest, OllamaChatWithoutStreaming) {
   start(with(2));
-  auto r = post("/api/chat", {{"model", "tiny"},
+  auto r = post("/api/chat", {{"model", "TinyStories-656K-Q8_0"},
                               {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
                               {"stream", false},
                               {"options", {{"temperature", 0}, {"num_predict", 8}}}});
@@ -403,17 +405,46 @@ TEST_F(ServerTest, ApiKeyIsRequiredExceptForHealth) {
   EXPECT_EQ(health->status, 200);
 }
 
-TEST_F(ServerTest, HealthIs503UntilTheModelIsLoaded) {
+TEST_F(ServerTest, HealthIs503WhileAModelLoads) {
+  // The load waits at this gate (bounded), so the test sees it in progress.
+  auto gate_open = std::make_shared<std::atomic<bool>>(false);
   server::ServerOptions o;
   o.port = 0;
+  o.force_cpu = true;
+  o.threads = 2;
+  o.n_ctx = 128;
+  o.wrap_backend = [gate_open](std::unique_ptr<backend::Backend> b) {
+    for (int i = 0; i < 3000 && !gate_open->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return b;
+  };
   server_ = std::make_unique<server::Server>(o);
   port_ = server_->start();
+  auto idle = client().Get("/health");
+  ASSERT_TRUE(idle);
+  EXPECT_EQ(idle->status, 200);  // no model asked for yet: nothing loads
+  auto none = post("/v1/completions", {{"prompt", "Hi"}});
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 400) << none->body;  // no model named, none loaded
+
+  int status = 0;
+  std::thread request([&] {
+    auto r = post("/v1/completions", {{"model", model_path().string()}, {"prompt", "Hi"}, {"max_tokens", 2}});
+    if (r) status = r->status;
+  });
+  bool saw_loading = false;
+  for (int i = 0; i < 500 && !saw_loading; ++i) {
+    auto health = client().Get("/health");
+    saw_loading = health && health->status == 503 && json::parse(health->body)["status"] == "loading";
+    if (!saw_loading) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(saw_loading);
+  EXPECT_FALSE(server_->ready());
+  gate_open->store(true);
+  request.join();
+  EXPECT_EQ(status, 200);
   auto health = client().Get("/health");
   ASSERT_TRUE(health);
-  EXPECT_EQ(health->status, 503);
-  auto gen = post("/v1/completions", {{"prompt", "Hi"}});
-  ASSERT_TRUE(gen);
-  EXPECT_EQ(gen->status, 503);
+  EXPECT_EQ(health->status, 200);
 }
 
 TEST_F(ServerTest, TwoConcurrentStreamsBothCompleteAsAlone) {

@@ -1,0 +1,264 @@
+#include "server/model_manager.h"
+
+#include <filesystem>
+
+#include "common/error.h"
+#include "engine/backend_factory.h"
+#include "server/http_error.h"
+#include "store/model_name.h"
+#include "store/model_ref.h"
+
+namespace m40::server {
+
+namespace fs = std::filesystem;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+std::string canonical(const std::string& path) {
+  std::error_code ec;
+  auto p = fs::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
+
+// The API name of a model: a store name in full ("tiny" -> "tiny:latest"),
+// a file by its name without .gguf.
+std::string api_name(const std::string& ref) {
+  std::error_code ec;
+  if (fs::is_regular_file(ref, ec)) return fs::path(ref).stem().string();
+  if (auto name = store::try_parse_model_name(ref)) return name->str();
+  return ref;
+}
+
+// "x" and "x:latest" name the same model.
+bool same_name(const std::string& a, const std::string& b) {
+  auto full = [](const std::string& n) { return n.find(':') == std::string::npos ? n + ":latest" : n; };
+  return a == b || full(a) == full(b);
+}
+
+void add_counters(engine::SchedulerStats& to, const engine::SchedulerStats& from) {
+  to.requests_total += from.requests_total;
+  to.requests_rejected += from.requests_rejected;
+  to.requests_failed += from.requests_failed;
+  to.requests_cancelled += from.requests_cancelled;
+  to.prompt_tokens += from.prompt_tokens;
+  to.generated_tokens += from.generated_tokens;
+  to.steps += from.steps;
+}
+
+}  // namespace
+
+void ModelLease::release() {
+  if (released_) return;
+  released_ = true;
+  manager_.release(model_, keep_alive_);
+}
+
+ModelManager::ModelManager(const ServerOptions& options) : options_(options) {
+  reaper_ = std::thread([this] { reap_idle(); });
+}
+
+ModelManager::~ModelManager() { stop(); }
+
+void ModelManager::load_default(const std::string& ref) {
+  ModelTarget target{api_name(ref), canonical(store::resolve_model(ref))};
+  {
+    std::lock_guard lock(mutex_);
+    default_ = target;
+    default_ref_ = ref;
+  }
+  try {
+    acquire(ref, std::nullopt);  // the lease ends at once: the keep_alive clock starts
+  } catch (const HttpError& e) {
+    throw Error(e.message);
+  }
+}
+
+ModelTarget ModelManager::resolve(const std::string& ref) const {
+  {
+    std::lock_guard lock(mutex_);
+    if (ref.empty()) {
+      if (default_) return *default_;
+      if (resident_) return {resident_->name, resident_->path};
+      throw HttpError{400, "'model' is required: name a model of the store (GET /api/tags) or a GGUF file"};
+    }
+    if (default_ && (same_name(ref, default_->name) || ref == *default_ref_)) return *default_;
+    if (resident_ && same_name(ref, resident_->name)) return {resident_->name, resident_->path};
+  }
+  try {
+    return {api_name(ref), canonical(store::resolve_model(ref))};
+  } catch (const Error& e) {
+    throw HttpError{404, e.what(), "invalid_request_error", "model_not_found"};
+  }
+}
+
+std::shared_ptr<ModelLease> ModelManager::acquire(const std::string& ref, std::optional<KeepAlive> keep_alive) {
+  const ModelTarget target = resolve(ref);
+  const KeepAlive ka = keep_alive.value_or(options_.keep_alive);
+  std::unique_lock lock(mutex_);
+  bool waited_for_load = false;
+  const auto asked = SteadyClock::now();
+  for (;;) {
+    if (stopping_) throw HttpError{503, "the server is shutting down", "server_error", "shutting_down"};
+    const bool switch_pending = !wanted_path_.empty() && wanted_path_ != target.path;
+    if (!loading_ && !switch_pending && resident_ && resident_->path == target.path) {
+      ++users_;
+      const double waited = waited_for_load ? std::chrono::duration<double>(SteadyClock::now() - asked).count() : 0.0;
+      return std::make_shared<ModelLease>(*this, resident_, ka, waited);
+    }
+    if (!loading_ && !switch_pending && users_ == 0) break;  // this request loads it
+    if (!switch_pending && resident_ && resident_->path != target.path) wanted_path_ = target.path;
+    waited_for_load = true;
+    cv_.wait(lock);
+  }
+
+  loading_ = true;
+  wanted_path_.clear();
+  auto old = take_resident();
+  lock.unlock();
+  old.reset();  // stops its scheduler
+  std::shared_ptr<ResidentModel> fresh;
+  std::string failure;
+  try {
+    fresh = load(target);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  lock.lock();
+  loading_ = false;
+  cv_.notify_all();
+  if (!fresh) {
+    throw HttpError{500, "cannot load model '" + target.name + "': " + failure, "server_error", "model_load_failed"};
+  }
+  resident_ = fresh;
+  users_ = 1;
+  expires_.reset();
+  return std::make_shared<ModelLease>(*this, fresh, ka, fresh->load_seconds);
+}
+
+std::shared_ptr<ResidentModel> ModelManager::load(const ModelTarget& target) const {
+  const auto start = SteadyClock::now();
+  auto m = std::make_shared<ResidentModel>();
+  m->name = target.name;
+  m->path = target.path;
+  m->model = model::LoadedModel::open(target.path);
+  m->vocab = std::make_unique<tokenizer::Vocab>(tokenizer::Vocab::from_metadata(m->model->file.metadata()));
+  m->chat_template.emplace(chat::model_chat_template(m->model->file));
+  engine::BackendOptions bo;
+  bo.n_ctx = options_.n_ctx;
+  bo.n_seq = options_.parallel;
+  bo.threads = options_.threads;
+  bo.force_cpu = options_.force_cpu;
+  m->backend = engine::make_backend(*m->model, bo);
+  if (options_.wrap_backend) m->backend = options_.wrap_backend(std::move(m->backend));
+  m->scheduler = std::make_unique<engine::Scheduler>(
+      *m->backend, *m->vocab,
+      engine::SchedulerOptions{.max_queue = options_.max_queue, .prefill_chunk = options_.prefill_chunk});
+  std::error_code ec;
+  m->size = fs::file_size(target.path, ec);
+  m->loaded_at = std::chrono::system_clock::now();
+  m->load_seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  return m;
+}
+
+std::shared_ptr<ResidentModel> ModelManager::take_resident() {
+  if (resident_ && resident_->scheduler) add_counters(retired_, resident_->scheduler->stats());
+  expires_.reset();
+  return std::move(resident_);
+}
+
+void ModelManager::release(const std::shared_ptr<ResidentModel>& model, KeepAlive keep_alive) {
+  std::shared_ptr<ResidentModel> unloaded;
+  {
+    std::lock_guard lock(mutex_);
+    if (model != resident_) return;  // already gone (stop())
+    --users_;
+    if (keep_alive.forever) {
+      expires_.reset();
+    } else {
+      expires_ = SteadyClock::now() + keep_alive.duration;
+      expires_wall_ = std::chrono::system_clock::now() + keep_alive.duration;
+    }
+    if (users_ == 0 && keep_alive.unload_at_once() && wanted_path_.empty()) unloaded = take_resident();
+    cv_.notify_all();
+  }
+}
+
+bool ModelManager::unload_if_idle(const std::string& path) {
+  std::shared_ptr<ResidentModel> unloaded;
+  {
+    std::lock_guard lock(mutex_);
+    if (!resident_ || resident_->path != path || users_ > 0 || loading_) return false;
+    unloaded = take_resident();
+    cv_.notify_all();
+  }
+  return true;
+}
+
+void ModelManager::reap_idle() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    const bool idle = resident_ && users_ == 0 && !loading_ && wanted_path_.empty();
+    if (idle && expires_) {
+      if (SteadyClock::now() >= *expires_) {
+        auto unloaded = take_resident();
+        lock.unlock();
+        unloaded.reset();
+        lock.lock();
+        cv_.notify_all();
+        continue;
+      }
+      cv_.wait_until(lock, *expires_);
+    } else {
+      cv_.wait(lock);
+    }
+  }
+}
+
+bool ModelManager::loading() const {
+  std::lock_guard lock(mutex_);
+  return loading_;
+}
+
+std::optional<LoadedModelInfo> ModelManager::resident() const {
+  std::lock_guard lock(mutex_);
+  if (!resident_) return std::nullopt;
+  LoadedModelInfo info{resident_, std::nullopt, users_};
+  if (expires_) info.expires_at = expires_wall_;
+  return info;
+}
+
+std::optional<ModelTarget> ModelManager::default_model() const {
+  std::lock_guard lock(mutex_);
+  return default_;
+}
+
+engine::SchedulerStats ModelManager::stats() const {
+  std::lock_guard lock(mutex_);
+  engine::SchedulerStats st = retired_;
+  if (resident_ && resident_->scheduler) {
+    const auto now = resident_->scheduler->stats();
+    add_counters(st, now);
+    st.queue_depth = now.queue_depth;
+    st.slots_busy = now.slots_busy;
+    st.slots_total = now.slots_total;
+  }
+  return st;
+}
+
+void ModelManager::stop() {
+  std::shared_ptr<ResidentModel> unloaded;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ && !reaper_.joinable()) return;
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (reaper_.joinable()) reaper_.join();
+  // Running requests end with the scheduler's "shutting down" event; their
+  // leases still hold the model until their handlers return.
+  std::lock_guard lock(mutex_);
+  if (resident_ && resident_->scheduler) resident_->scheduler->stop();
+}
+
+}  // namespace m40::server

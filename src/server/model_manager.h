@@ -1,0 +1,147 @@
+// Models loaded on demand, Ollama-style: a request names a model (a store
+// name or a GGUF path), and the manager loads it when it is not the one
+// resident. One model is resident at a time. A request for another model
+// waits until the running requests of the resident one have finished (new
+// requests for the resident model wait too, so a switch is never starved),
+// then the old model is unloaded and the new one loaded. A model idle for
+// its keep_alive is unloaded.
+//
+//   auto lease = models.acquire("tiny:q8_0", keep_alive);  // loads if needed
+//   lease->model().scheduler->submit(...);                 // held while used
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/backend.h"
+#include "chat/model_template.h"
+#include "engine/scheduler.h"
+#include "model/loaded_model.h"
+#include "server/keep_alive.h"
+#include "server/server.h"
+#include "tokenizer/vocab.h"
+
+namespace m40::server {
+
+// A model with its engine. Members are destroyed bottom-up: the scheduler
+// stops before the backend and the file go.
+struct ResidentModel {
+  std::string name;  // as the APIs call it: "tiny:q8_0", or the file name without .gguf
+  std::string path;  // canonical path of the GGUF file
+  uint64_t size = 0;
+  std::chrono::system_clock::time_point loaded_at{};
+  double load_seconds = 0;
+  std::unique_ptr<model::LoadedModel> model;
+  std::unique_ptr<tokenizer::Vocab> vocab;
+  std::optional<chat::ModelChatTemplate> chat_template;
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<engine::Scheduler> scheduler;
+};
+
+// A model a request names: its API name and its file.
+struct ModelTarget {
+  std::string name;
+  std::string path;  // canonical
+};
+
+class ModelManager;
+
+// Keeps the resident model loaded while a request uses it.
+class ModelLease {
+ public:
+  ModelLease(ModelManager& manager, std::shared_ptr<ResidentModel> model, KeepAlive keep_alive, double load_seconds)
+      : manager_(manager), model_(std::move(model)), keep_alive_(keep_alive), load_seconds_(load_seconds) {}
+  ~ModelLease() { release(); }
+  ModelLease(const ModelLease&) = delete;
+  ModelLease& operator=(const ModelLease&) = delete;
+
+  ResidentModel& model() const { return *model_; }
+  // Seconds this request waited for the model to load (0 when it was loaded).
+  double load_seconds() const { return load_seconds_; }
+  // Lets the model go (idempotent): its keep_alive starts now.
+  void release();
+
+ private:
+  ModelManager& manager_;
+  std::shared_ptr<ResidentModel> model_;
+  KeepAlive keep_alive_;
+  double load_seconds_;
+  bool released_ = false;
+};
+
+// What /api/ps shows of the resident model.
+struct LoadedModelInfo {
+  std::shared_ptr<ResidentModel> model;
+  std::optional<std::chrono::system_clock::time_point> expires_at;  // nullopt: never
+  int users = 0;
+};
+
+class ModelManager {
+ public:
+  ModelManager(const ServerOptions& options);
+  ~ModelManager();  // stop()
+  ModelManager(const ModelManager&) = delete;
+  ModelManager& operator=(const ModelManager&) = delete;
+
+  // The model of requests that name none (`serve MODEL`); loaded now.
+  // Throws m40::Error when it cannot be found or loaded.
+  void load_default(const std::string& ref);
+
+  // The model a request names ("" or absent: the default model, else the
+  // resident one). Throws HttpError 404 when it is neither a store model nor
+  // a GGUF file, 400 when none is named and none is loaded.
+  ModelTarget resolve(const std::string& ref) const;
+
+  // The named model, loaded when it is not resident; waits while another
+  // model finishes its requests or loads. Throws HttpError: 404 unknown
+  // model, 500 load failure (the server keeps running), 503 stopping.
+  std::shared_ptr<ModelLease> acquire(const std::string& ref, std::optional<KeepAlive> keep_alive);
+
+  // Unloads the resident model now when no request uses it (keep_alive 0 on
+  // an empty request). Returns whether it was unloaded.
+  bool unload_if_idle(const std::string& path);
+
+  bool loading() const;
+  std::optional<LoadedModelInfo> resident() const;
+  // The default model's target, when serve was given one.
+  std::optional<ModelTarget> default_model() const;
+  // Counters of every scheduler so far (unloaded ones included).
+  engine::SchedulerStats stats() const;
+  KeepAlive default_keep_alive() const { return options_.keep_alive; }
+
+  void stop();
+
+ private:
+  friend class ModelLease;
+  void release(const std::shared_ptr<ResidentModel>& model, KeepAlive keep_alive);
+  std::shared_ptr<ResidentModel> load(const ModelTarget& target) const;
+  // Takes the resident model out (caller holds the lock); it is destroyed
+  // by the caller after unlocking, since stopping a scheduler joins a thread.
+  std::shared_ptr<ResidentModel> take_resident();
+  void reap_idle();
+
+  ServerOptions options_;
+  std::optional<ModelTarget> default_;
+  std::optional<std::string> default_ref_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::shared_ptr<ResidentModel> resident_;
+  int users_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> expires_;  // nullopt: never
+  std::chrono::system_clock::time_point expires_wall_{};
+  bool loading_ = false;
+  std::string wanted_path_;  // a waiting request's model: the resident one's new requests wait too
+  bool stopping_ = false;
+  engine::SchedulerStats retired_;  // counters of unloaded schedulers
+  std::thread reaper_;
+};
+
+}  // namespace m40::server
