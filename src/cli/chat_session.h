@@ -17,6 +17,7 @@
 
 #include "backends/backend.h"
 #include "chat/model_template.h"
+#include "common/error.h"
 #include "engine/generator.h"
 #include "tokenizer/vocab.h"
 
@@ -59,6 +60,9 @@ class ChatSession {
   const nlohmann::ordered_json& messages() const { return messages_; }
   // The conversation as the template renders it, ready for the next answer.
   std::vector<int32_t> render_prompt(const nlohmann::ordered_json& messages) const;
+  // Makes the next turn prefill the whole conversation, as when someone
+  // else used the backend's cache meanwhile.
+  void forget_cache() { cached_.clear(); }
   // Tokens the KV cache holds for the next turn to build on.
   const std::vector<int32_t>& cached_tokens() const { return cached_; }
   int n_ctx() const { return backend_.n_ctx(); }

@@ -11,6 +11,7 @@
 
 #include "binary_runner.h"
 #include "cli/running_models.h"
+#include "common/error.h"
 #include "serve_process.h"
 
 namespace {
