@@ -67,6 +67,20 @@ class PtySession {
     }
   }
 
+  // Waits until the program edits a line (libedit switches the terminal
+  // out of canonical mode) or, with `editing` false, until it does not.
+  // Typing before a line editor reads would be echoed twice: once by the
+  // terminal, once by the editor. Master and slave share one termios.
+  bool wait_until_editing(bool editing = true, std::chrono::milliseconds limit = kDefaultWait) {
+    const auto until = Clock::now() + limit;
+    for (;;) {
+      termios t{};
+      if (::tcgetattr(master_, &t) == 0 && ((t.c_lflag & ICANON) == 0) == editing) return true;
+      if (Clock::now() >= until) return false;
+      read_some(std::min(until, Clock::now() + std::chrono::milliseconds(5)));
+    }
+  }
+
   // Everything shown so far, carriage returns removed.
   const std::string& output() const { return output_; }
   size_t mark() const { return output_.size(); }

@@ -43,6 +43,7 @@ class InteractiveRun : public ::testing::Test {
   // Types a line and returns what the program printed in answer, up to the
   // next prompt (the echo of the line left out).
   static std::string say(PtySession& s, const std::string& line) {
+    EXPECT_TRUE(s.wait_until_editing()) << s.output();
     const size_t from = s.mark();
     s.type(line + "\r");
     const size_t echoed = s.wait_for(line + "\n", from);
@@ -80,6 +81,7 @@ TEST_F(InteractiveRun, GreedyFirstAnswerIsTheOneShotAnswer) {
   const std::string expected = one_shot("Once upon a time", 24);
   ASSERT_GT(expected.size(), 20u);
   EXPECT_EQ(say(*s, "Once upon a time"), expected + "\n\n");
+  ASSERT_TRUE(s->wait_until_editing());
   s->type("/bye\r");
   EXPECT_EQ(s->wait_exit(), 0);
 }
@@ -89,12 +91,15 @@ TEST_F(InteractiveRun, MultiLineMessagesBetweenTripleQuotes) {
   auto s = start();
   say(*s, "/set parameter temperature 0");
   say(*s, "/set parameter num_predict 16");
+  ASSERT_TRUE(s->wait_until_editing());
   const size_t from = s->mark();
   s->type("\"\"\"\r");
   ASSERT_NE(s->wait_for("... ", from), npos) << s->output().substr(from);  // the continuation prompt
+  ASSERT_TRUE(s->wait_until_editing());
   s->type("Once upon\r");
   const std::string answer = say(*s, "a time\"\"\"");
   EXPECT_EQ(answer, one_shot("Once upon\na time", 16) + "\n\n");
+  ASSERT_TRUE(s->wait_until_editing());
   s->type("\x04");
   EXPECT_EQ(s->wait_exit(), 0);
 }
@@ -152,6 +157,7 @@ TEST_F(InteractiveRun, HelpAndUnknownCommands) {
   EXPECT_EQ(say(*s, "/set parameter top_k many"), "Couldn't set parameter: 'many' is not an integer for top_k\n");
   EXPECT_EQ(say(*s, "/set parameter warmth 3"),
             "Couldn't set parameter: unknown parameter 'warmth' (/set parameter lists them)\n");
+  ASSERT_TRUE(s->wait_until_editing());
   s->type("/bye\r");
   EXPECT_EQ(s->wait_exit(), 0);
 }
@@ -163,11 +169,14 @@ TEST_F(InteractiveRun, CtrlCStopsTheAnswerAndCtrlDExits) {
   // Without end-of-story tokens the answer would fill the 4096-token context.
   auto s = start({"--ctx", "4096", "--ignore-eos"});
   say(*s, "/set verbose");
+  ASSERT_TRUE(s->wait_until_editing());
   size_t from = s->mark();
   s->type("Once upon a time\r");
   const size_t echoed = s->wait_for("Once upon a time\n", from);
   ASSERT_NE(echoed, npos);
-  // Some words of the answer, then Ctrl-C.
+  // The answer streams (the terminal is out of the line editor) and some
+  // words of it are shown: then Ctrl-C.
+  ASSERT_TRUE(s->wait_until_editing(false));
   ASSERT_NE(s->wait_for(" ", echoed + 17), npos) << s->output().substr(from);
   s->type("\x03");
   const size_t prompt = s->wait_for(kPrompt, echoed);
@@ -182,9 +191,11 @@ TEST_F(InteractiveRun, CtrlCStopsTheAnswerAndCtrlDExits) {
   say(*s, "/set parameter num_predict 4");
   EXPECT_GT(say(*s, "The dog").size(), 2u);  // the next turn is answered
 
+  ASSERT_TRUE(s->wait_until_editing());
   from = s->mark();
   s->type("\x03");
   EXPECT_NE(s->wait_for("Use Ctrl + d or /bye to exit.\n" + kPrompt, from), npos) << s->output().substr(from);
+  ASSERT_TRUE(s->wait_until_editing());
   s->type("\x04");
   EXPECT_EQ(s->wait_exit(), 0);
 }
@@ -208,6 +219,7 @@ TEST_F(InteractiveRun, AConversationOverTheContextIsExplained) {
   say(*s, "/set parameter num_predict -1");
   const std::string cut = say(*s, dogs(40));
   EXPECT_NE(cut.find("(the context of 64 tokens is full; the answer stops here: /clear to start over)"), npos) << cut;
+  ASSERT_TRUE(s->wait_until_editing());
   s->type("/bye\r");
   EXPECT_EQ(s->wait_exit(), 0);
 }
