@@ -14,7 +14,9 @@ packages=(
 if [ "${M40_LLM_TEST_DEPS:-0}" = 1 ]; then
   # Test-only tools: a pty driver for interactive tests and Node for the
   # official OpenAI/Ollama client tests.
-  packages+=(tmux python3 nodejs npm)
+  packages+=(tmux python3 nodejs)
+  # NodeSource's nodejs carries its own npm (and conflicts with Debian's).
+  command -v npm >/dev/null 2>&1 || packages+=(npm)
 fi
 
 missing=()

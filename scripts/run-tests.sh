@@ -2,7 +2,8 @@
 # Installs what is missing, builds m40-llm, and runs every check CI runs:
 #
 #   1. build      scripts/setup.sh (Release, Ninja, build/)
-#   2. ctest      the GoogleTest suite of build/
+#      npm        the npm clients of tests/server/clients (npm ci)
+#   2. ctest      the GoogleTest suite of build/ and the npm client tests
 #   3. sm52-gate  scripts/sm52-gate.sh: the Tesla M40 build with CUDA 11.8
 #   4. fuzz       scripts/fuzz.sh: the GGUF reader under libFuzzer (60 s)
 #
@@ -45,6 +46,12 @@ run_step() {
 
 build_ok=0
 run_step build bash scripts/setup.sh && build_ok=1
+
+# The official OpenAI and Ollama npm clients that tests/server/clients runs
+# against `m40-llm serve`: Node from Debian, the clients from the npm
+# registry at exactly the lock file's versions.
+run_step npm-clients bash -c 'M40_LLM_TEST_DEPS=1 bash scripts/install-deps.sh &&
+  cd tests/server/clients && npm ci --no-audit --no-fund'
 
 if [ "$build_ok" = 1 ]; then
   mkdir -p "$log_dir"

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "engine/backend_factory.h"
+#include "server/listen_backlog.h"
 #include "server/server_state.h"
 
 namespace m40::server {
@@ -464,6 +465,7 @@ int Server::bind() {
                 ": the address is in use or not valid here; pick another with --host/--port");
   }
   s.bound_port = port;
+  widen_listen_backlog(port);
   return port;
 }
 
