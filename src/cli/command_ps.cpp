@@ -30,8 +30,9 @@ int run_ps(const PsOptions& o) {
   client.set_read_timeout(30);
   const auto res = client.Get("/api/ps");
   if (!res) {
-    throw Error("no m40-llm server answers at " + address.url() + " (" + httplib::to_string(res.error()) +
-                "): start one with `m40-llm serve MODEL`");
+    // A refused connection is the common case and needs no detail.
+    const std::string why = res.error() == httplib::Error::Connection ? "" : " (" + httplib::to_string(res.error()) + ")";
+    throw Error("no m40-llm server answers at " + address.url() + why + ": start one with `m40-llm serve MODEL`");
   }
   if (res->status != 200) {
     throw Error("the server at " + address.url() + " answered /api/ps with HTTP " + std::to_string(res->status) +
