@@ -397,6 +397,9 @@ Server::Server(ServerOptions options) : state_(std::make_unique<State>(checked(s
   const int threads = o.http_threads > 0 ? o.http_threads : std::min(256, o.parallel + o.max_queue + 8);
   s.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.http.set_payload_max_length(o.max_body_bytes);
+  // Each streamed token is a small write: without TCP_NODELAY, Nagle's
+  // algorithm holds it until the client's (delayed) ACK of the previous one.
+  s.http.set_tcp_nodelay(true);
   s.http.set_read_timeout(std::chrono::seconds(30));
   s.http.set_write_timeout(std::chrono::seconds(30));
 
