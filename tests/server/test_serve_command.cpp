@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "binary_runner.h"
+#include "serve_process.h"
 
 using namespace m40;
 
@@ -108,4 +109,32 @@ TEST(ServeCommand, ABadHostVariableIsAnError) {
   ::unsetenv("M40_LLM_HOST");
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.err.find("port"), std::string::npos) << result.err;
+}
+
+TEST(ServeCommand, WithoutAModelItServesTheStoreOnDemand) {
+  const auto model = test::shared_model("TinyStories-656K-Q8_0.gguf");
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "shared models not found";
+  test::ServeProcess serve({"--cpu", "--threads", "1", "--ctx", "128", "--keep-alive", "0"});
+  ASSERT_TRUE(serve.running()) << serve.stderr_text();
+  EXPECT_NE(serve.stderr_text().find("models load on demand"), std::string::npos);
+  httplib::Client client("127.0.0.1", serve.port());
+  client.set_read_timeout(30);
+  auto r = client.Post("/api/generate",
+                       nlohmann::json({{"model", model.string()}, {"prompt", "Hi"}, {"stream", false},
+                                       {"options", {{"num_predict", 3}}}}).dump(),
+                       "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  auto ps = client.Get("/api/ps");
+  ASSERT_TRUE(ps);
+  EXPECT_EQ(nlohmann::json::parse(ps->body)["models"].size(), 0u);  // --keep-alive 0: unloaded after the request
+  EXPECT_EQ(serve.stop(), 0) << serve.stderr_text();
+}
+
+TEST(ServeCommand, ABadKeepAliveIsAnError) {
+  ::setenv("M40_LLM_KEEP_ALIVE", "soon", 1);
+  const auto result = test::run_binary({"serve", "--port", "0"});
+  ::unsetenv("M40_LLM_KEEP_ALIVE");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("keep_alive 'soon'"), std::string::npos) << result.err;
 }
