@@ -71,6 +71,16 @@ __device__ __forceinline__ void bytes_to_floats(uint32_t word, float bias, float
   w[3] = scale * (magic_byte<3>(word) - bias);
 }
 
+// The four bytes of `word` minus `bias` each, as exact small integers in
+// floats (bias includes the 2^23 of the trick): the quants of the factored
+// decoders below.
+__device__ __forceinline__ void bytes_to_ints(uint32_t word, float bias, float* q) {
+  q[0] = magic_byte<0>(word) - bias;
+  q[1] = magic_byte<1>(word) - bias;
+  q[2] = magic_byte<2>(word) - bias;
+  q[3] = magic_byte<3>(word) - bias;
+}
+
 // fma(scale, byte, -offset) for the four bytes of `word` (the K-quant formula).
 __device__ __forceinline__ void bytes_to_floats_offset(uint32_t word, float scale, float offset, float* w) {
   w[0] = fmaf(scale, magic_byte<0>(word) - kTwo23, -offset);
@@ -132,6 +142,12 @@ __device__ __forceinline__ quant::ScaleMin k_scale_min(const uint4& header, int 
   return {static_cast<int>((b3 & 0xF) | ((b1 >> 6) << 4)), static_cast<int>((b3 >> 4) | ((b2 >> 6) << 4))};
 }
 
+// {d * scale, dmin * min} of sub-block s: value = scale * q - offset.
+__device__ __forceinline__ float2 k_unit_scale(const uint4& header, int s) {
+  const quant::ScaleMin sm = k_scale_min(header, s);
+  return {widen_half(header.x) * static_cast<float>(sm.scale), widen_half(header.x >> 16) * static_cast<float>(sm.min)};
+}
+
 // ---------------------------------------------------------------------------
 // Decoders. A row is a sequence of blocks of kBlockBytes bytes (for the float
 // types: a unit's bytes), each holding kUnitsPerBlock units of kUnit (8 or
@@ -143,8 +159,18 @@ __device__ __forceinline__ quant::ScaleMin k_scale_min(const uint4& header, int 
 //   decode<piece>(raw, unit, w)      values 8 piece .. 8 piece + 7 of the unit
 // Callers keep a pointer to the block and step it by whole blocks, so the
 // address math per unit is an add.
+//
+// The block formats are also "factored" (kFactored): value = scale * q -
+// offset for the whole unit, with q a small integer. The matvec kernel then
+// takes dot(q, x) over the unit and applies the scale (and the offset times
+// sum(x), shared by all rows) once per unit: one instruction per weight
+// fewer than decoding every value.
+//   quants<piece>(raw, unit, q)      q of values 8 piece .. 8 piece + 7, exact
+//   unit_scale(raw, unit)            {scale, offset}; kHasOffset says whether
+//                                    offset can be non-zero
 
 struct DecodeF32 {
+  static constexpr bool kFactored = false;
   static constexpr int kUnit = 8;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 32;
@@ -163,6 +189,7 @@ struct DecodeF32 {
 };
 
 struct DecodeF16 {
+  static constexpr bool kFactored = false;
   static constexpr int kUnit = 8;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 16;
@@ -178,6 +205,7 @@ struct DecodeF16 {
 };
 
 struct DecodeBF16 {
+  static constexpr bool kFactored = false;
   static constexpr int kUnit = 8;
   static constexpr int kUnitsPerBlock = 1;
   static constexpr int kBlockBytes = 16;
@@ -212,6 +240,14 @@ struct DecodeQ8_0 {
     bytes_to_floats(word_of<2 * piece>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, raw.d, w);
     bytes_to_floats(word_of<2 * piece + 1>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, raw.d, w + 4);
   }
+  static constexpr bool kFactored = true;
+  static constexpr bool kHasOffset = false;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int, float* q) {
+    bytes_to_ints(word_of<2 * piece>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, q);
+    bytes_to_ints(word_of<2 * piece + 1>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.d, 0.0f}; }
 };
 
 // Q4_0 and IQ4_NL: unit h is the 16 low (h = 0) or high (h = 1) nibbles of a
@@ -234,6 +270,15 @@ struct DecodeQ4_0 {
     bytes_to_floats(nibbles(word_of<2 * piece>(raw.qs), high), kTwo23 + 8.0f, raw.d, w);  // (q - 8) * d
     bytes_to_floats(nibbles(word_of<2 * piece + 1>(raw.qs), high), kTwo23 + 8.0f, raw.d, w + 4);
   }
+  static constexpr bool kFactored = true;
+  static constexpr bool kHasOffset = false;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    const bool high = (unit & 1) != 0;
+    bytes_to_ints(nibbles(word_of<2 * piece>(raw.qs), high), kTwo23 + 8.0f, q);
+    bytes_to_ints(nibbles(word_of<2 * piece + 1>(raw.qs), high), kTwo23 + 8.0f, q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.d, 0.0f}; }
 };
 
 struct DecodeIQ4_NL {
@@ -252,6 +297,15 @@ struct DecodeIQ4_NL {
     bytes_to_floats(iq4_levels_biased(nibbles(word_of<2 * piece + 1>(raw.qs), high)), kTwo23 + 128.0f, raw.d,
                     w + 4);
   }
+  static constexpr bool kFactored = true;
+  static constexpr bool kHasOffset = false;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    const bool high = (unit & 1) != 0;
+    bytes_to_ints(iq4_levels_biased(nibbles(word_of<2 * piece>(raw.qs), high)), kTwo23 + 128.0f, q);
+    bytes_to_ints(iq4_levels_biased(nibbles(word_of<2 * piece + 1>(raw.qs), high)), kTwo23 + 128.0f, q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.d, 0.0f}; }
 };
 
 // Q4_K: a unit is 16 values of sub-block s (unit in block = 2 s + h):
@@ -279,6 +333,15 @@ struct DecodeQ4_K {
     bytes_to_floats_offset(nibbles(word_of<2 * piece>(raw.qs), high), scale, offset, w);
     bytes_to_floats_offset(nibbles(word_of<2 * piece + 1>(raw.qs), high), scale, offset, w + 4);
   }
+  static constexpr bool kFactored = true;
+  static constexpr bool kHasOffset = true;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    const bool high = ((unit >> 1) & 1) != 0;
+    bytes_to_ints(nibbles(word_of<2 * piece>(raw.qs), high), kTwo23, q);
+    bytes_to_ints(nibbles(word_of<2 * piece + 1>(raw.qs), high), kTwo23, q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int unit) { return k_unit_scale(raw.header, unit >> 1); }
 };
 
 // Q5_K: as Q4_K, with the fifth bit s of qh[16h + l].
@@ -299,7 +362,7 @@ struct DecodeQ5_K {
             load_16(block + offsetof(Block, qs) + 32 * (s >> 1) + 16 * h)};
   }
   template <int piece>
-  __device__ static uint32_t quants(const Raw& raw, int s, int word) {
+  __device__ static uint32_t quant_bytes(const Raw& raw, int s, int word) {
     const uint32_t qs = word == 0 ? word_of<2 * piece>(raw.qs) : word_of<2 * piece + 1>(raw.qs);
     const uint32_t qh = word == 0 ? word_of<2 * piece>(raw.qh) : word_of<2 * piece + 1>(raw.qh);
     return nibbles(qs, (s & 1) != 0) | (((qh >> s) & 0x01010101u) << 4);
@@ -310,9 +373,18 @@ struct DecodeQ5_K {
     const quant::ScaleMin sm = k_scale_min(raw.header, s);
     const float scale = widen_half(raw.header.x) * static_cast<float>(sm.scale);
     const float offset = widen_half(raw.header.x >> 16) * static_cast<float>(sm.min);
-    bytes_to_floats_offset(quants<piece>(raw, s, 0), scale, offset, w);
-    bytes_to_floats_offset(quants<piece>(raw, s, 1), scale, offset, w + 4);
+    bytes_to_floats_offset(quant_bytes<piece>(raw, s, 0), scale, offset, w);
+    bytes_to_floats_offset(quant_bytes<piece>(raw, s, 1), scale, offset, w + 4);
   }
+  static constexpr bool kFactored = true;
+  static constexpr bool kHasOffset = true;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    const int s = unit >> 1;
+    bytes_to_ints(quant_bytes<piece>(raw, s, 0), kTwo23, q);
+    bytes_to_ints(quant_bytes<piece>(raw, s, 1), kTwo23, q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int unit) { return k_unit_scale(raw.header, unit >> 1); }
 };
 
 // Q6_K: unit sb is sub-block sb (16 values, i = 16 sb + j): with n = sb / 8,
@@ -338,7 +410,7 @@ struct DecodeQ6_K {
             load_16_align2(block + offsetof(Block, qh) + 32 * n + l0), d * static_cast<float>(sc)};
   }
   template <int piece>
-  __device__ static uint32_t quants(const Raw& raw, int g, int word) {
+  __device__ static uint32_t quant_bytes(const Raw& raw, int g, int word) {
     const uint32_t ql = word == 0 ? word_of<2 * piece>(raw.ql) : word_of<2 * piece + 1>(raw.ql);
     const uint32_t qh = word == 0 ? word_of<2 * piece>(raw.qh) : word_of<2 * piece + 1>(raw.qh);
     return nibbles(ql, g >= 2) | (((qh >> (2 * g)) & 0x03030303u) << 4);
@@ -346,9 +418,18 @@ struct DecodeQ6_K {
   template <int piece>
   __device__ static void decode(const Raw& raw, int unit, float* w) {
     const int g = (unit >> 1) & 3;
-    bytes_to_floats(quants<piece>(raw, g, 0), kTwo23 + 32.0f, raw.scale, w);  // (q - 32) * scale
-    bytes_to_floats(quants<piece>(raw, g, 1), kTwo23 + 32.0f, raw.scale, w + 4);
+    bytes_to_floats(quant_bytes<piece>(raw, g, 0), kTwo23 + 32.0f, raw.scale, w);  // (q - 32) * scale
+    bytes_to_floats(quant_bytes<piece>(raw, g, 1), kTwo23 + 32.0f, raw.scale, w + 4);
   }
+  static constexpr bool kFactored = true;
+  static constexpr bool kHasOffset = false;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    const int g = (unit >> 1) & 3;
+    bytes_to_ints(quant_bytes<piece>(raw, g, 0), kTwo23 + 32.0f, q);
+    bytes_to_ints(quant_bytes<piece>(raw, g, 1), kTwo23 + 32.0f, q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.scale, 0.0f}; }
 };
 
 // Every other block format: quant::dequantize_value, value by value, straight
@@ -356,6 +437,7 @@ struct DecodeQ6_K {
 // construction. A unit is 16 values of one block.
 template <class BlockType>
 struct DecodeGeneric {
+  static constexpr bool kFactored = false;
   static constexpr int kUnit = 16;
   using Block = BlockType;
   static_assert(Block::kValues % kUnit == 0, "units do not straddle blocks");

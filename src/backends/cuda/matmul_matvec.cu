@@ -1,17 +1,18 @@
 // Decode products: y[t] = W x[t] for up to 8 tokens, every weight read once
 // for the whole batch.
 //
-// A warp owns two consecutive rows (kRows; one for the generic decoders).
-// Each lane walks the rows' units (8 or 16 consecutive values,
-// matmul_decode.cuh) with a stride of 32 units, so the warp's loads of one row
-// are contiguous; a lane keeps a pointer to the block it is in and steps it by
-// a constant number of bytes. It decodes a unit of each of its rows into
-// registers once and multiplies it with every token's x (two 16-byte loads per
-// token and 8 values, from L1), so one x load serves both rows. acc holds
-// kRows x kTokens sums per lane (split into 2 or 4 partial sums when there are
-// fewer than 4, so that several FMA chains are in flight); the warp then
-// reduces them with a transposing butterfly (each shuffle step halves the
-// values a lane keeps) and each lane stores the sums it ends with.
+// A block of 128 threads owns kRows consecutive rows (4; 2 for Q5_K and
+// Q6_K, 1 for the generic decoders). Each thread walks the rows' units (8 or
+// 16 consecutive values, matmul_decode.cuh) with a stride of 128 units, so
+// a warp's loads of one row are contiguous; a thread keeps a pointer to the
+// block it is in and steps it by a constant number of bytes. It decodes a
+// unit of each of its rows into registers once and multiplies it with every
+// token's x (two 16-byte loads per token and 8 values, from L1), so one x
+// load serves all the rows. acc holds kRows x kTokens sums per thread (split
+// into 2 or 4 partial sums when there are fewer than 4, so that several FMA
+// chains are in flight); each warp reduces them with a transposing butterfly
+// (each shuffle step halves the values a lane keeps), and the four warps'
+// parts meet in shared memory, added in a fixed order.
 //
 // kTokens is n_tokens rounded up to a power of two; the extra tokens re-read
 // the last token's x and are not stored. A lane issues the loads of 1, 2 or 4
@@ -34,6 +35,11 @@ namespace m40::cuda::mm {
 namespace {
 
 constexpr int kMatvecThreads = 128;
+#ifndef M40_MAX_FACTORED_TOKENS
+#define M40_MAX_FACTORED_TOKENS 2
+#endif
+constexpr int kMaxFactoredTokens = M40_MAX_FACTORED_TOKENS;
+
 
 // Sums N values over the lanes of a group (shuffle offsets O, O/2, .. 1;
 // lanes = 2 O): each step sends half of the values a lane still holds to its
@@ -98,17 +104,69 @@ __device__ __forceinline__ void accumulate_unit(const typename Dec::Raw* raw, in
   }
 }
 
+// The factored form of accumulate_unit (matmul_decode.cuh): per row and
+// token, dot(q, x) over the unit's 16 values, then acc += scale * dot -
+// offset * sum(x), the sum of x shared by all rows. Three instructions per
+// weight (byte permute, subtract, FMA) instead of four or five. The products
+// q * x are exact; the sums differ from the CPU's order only in rounding.
+template <class Dec, int kTokens, int kRows>
+__device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw* raw, int unit,
+                                                         const float* __restrict__ x, int cols, int col, int last_token,
+                                                         float (&acc)[kTokens * kRows]) {
+  float dot[kTokens * kRows];
+  float x_sum[kTokens];
+#pragma unroll
+  for (int i = 0; i < kTokens * kRows; ++i) dot[i] = 0.0f;
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) x_sum[t] = 0.0f;
+#pragma unroll
+  for (int piece = 0; piece < Dec::kUnit / 8; ++piece) {
+    float q[kRows][8];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (piece == 0) Dec::template quants<0>(raw[r], unit, q[r]);
+      else Dec::template quants<1>(raw[r], unit, q[r]);
+    }
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      const float4* xp = reinterpret_cast<const float4*>(x + min(t, last_token) * cols + col + 8 * piece);
+      const float4 a = __ldg(xp);
+      const float4 b = __ldg(xp + 1);
+      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      if constexpr (Dec::kHasOffset) x_sum[t] += ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dot[t * kRows + r] = fmaf(q[r][j], xv[j], dot[t * kRows + r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float2 scale = Dec::unit_scale(raw[r], unit);
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      float& sum = acc[t * kRows + r];
+      sum = fmaf(scale.x, dot[t * kRows + r], sum);
+      if constexpr (Dec::kHasOffset) sum = fmaf(-scale.y, x_sum[t], sum);
+    }
+  }
+}
+
 // Register cap (blocks of 128 threads: 6 blocks per SM cap a thread at 80
-// registers, 4 at 128, 2 at 255). Uncapped, the compiler hoists the x loads of
-// every token ahead of the math and takes registers that occupancy needs. The
-// generic decoders and Q6_K get more, so that CUDA 11.8 for sm_52 does not
-// spill. (CUDA 13 for sm_90 spills 4 bytes in the 8-token Q4_K and Q5_K
-// kernels at 128; a cap of 168 avoids that but costs 20% there.)
+// registers, 4 at 128, 3 at 168, 2 at 255), by the sums a thread keeps.
+// Uncapped, the compiler hoists the x loads of every token ahead of the math
+// and takes registers that occupancy needs. The caps are the smallest at
+// which neither CUDA 11.8 for sm_52 nor CUDA 13 for sm_90 spills.
 template <class Dec>
-constexpr int min_blocks_per_sm(int tokens) {
+constexpr int min_blocks_per_sm(int tokens, int rows) {
   if (kGenericDecoder<Dec>) return 2;
-  if (tokens <= 4) return 6;
-  return std::is_same_v<Dec, DecodeQ6_K> ? 2 : 4;
+  const int sums = tokens * rows;
+  const bool k_quant = std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> ||
+                       std::is_same_v<Dec, DecodeQ6_K>;
+  if (sums <= 4 && rows <= 2) return 6;
+  if (sums <= 8 || (sums <= 16 && !k_quant)) return 4;
+  return k_quant ? 2 : 3;
 }
 
 // Units a lane loads before it computes on them: enough bytes in flight per
@@ -118,27 +176,33 @@ template <class Dec, int kTokens>
 constexpr int units_per_round() {
   if (kGenericDecoder<Dec>) return 1;
   constexpr size_t kRaw = sizeof(typename Dec::Raw);
-  if (kRaw <= 16) return 4;
+  if (kRaw <= 16) return kTokens <= 2 ? 4 : kTokens == 4 ? 2 : 1;
   return kTokens <= 2 && kRaw <= 32 ? 2 : 1;
 }
 
 template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound>
-__global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens))
+__global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens, kRows))
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols,
                   const float* __restrict__ x, int n_tokens, float* y, const float* residual) {
-  static_assert(32 % kLanes == 0, "groups tile the warp");
+  static_assert(kLanes <= 32 ? 32 % kLanes == 0 : kLanes % 32 == 0 && kMatvecThreads % kLanes == 0,
+                "groups tile the warp, or whole warps tile the group");
   static_assert(kLanes % Dec::kUnitsPerBlock == 0, "a lane keeps its unit within the block");
-  constexpr int kGroups = 32 / kLanes;
+  constexpr int kGroups = kMatvecThreads / kLanes;
+  constexpr int kWarpLanes = kLanes < 32 ? kLanes : 32;  // lanes of a group within one warp
+  constexpr int kWarpsPerGroup = kLanes / kWarpLanes;
   constexpr int kSums = kTokens * kRows;
-  constexpr int kSplit = kSums >= 4 ? 1 : 4 / kSums;
+  // Factored decoding (one and two tokens: with more, the FMAs with x
+  // dominate and the extra sums cost registers).
+  constexpr bool kFactored = Dec::kFactored && kTokens <= kMaxFactoredTokens;
+  constexpr int kSplit = kSums >= 4 || kFactored ? 1 : 4 / kSums;
   // From one unit of a lane to its next: this many columns and bytes.
   constexpr int kColumnStep = kLanes * Dec::kUnit;
   constexpr int kByteStep = kLanes / Dec::kUnitsPerBlock * Dec::kBlockBytes;
 
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int sub = lane % kLanes;
-  const int warp = static_cast<int>((blockIdx.x * kMatvecThreads + threadIdx.x) >> 5);
-  const int row0 = (warp * kGroups + lane / kLanes) * kRows;
+  const int thread = static_cast<int>(threadIdx.x);
+  const int sub = thread % kLanes;           // the lane's place in its group
+  const int warp_sub = thread % kWarpLanes;  // ... within its warp's part of the group
+  const int row0 = (static_cast<int>(blockIdx.x) * kGroups + thread / kLanes) * kRows;
   const int unit = sub % Dec::kUnitsPerBlock;  // the lane's unit within each block it visits
   // Groups past the last row compute on the last row (shuffles need the
   // whole warp) and store nothing.
@@ -158,8 +222,10 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
   }
 
   // Each round loads kUnitsPerRound units of every row, then computes on
-  // them; a unit past the row's end loads the round's first unit instead (an
-  // L1 hit) and is skipped.
+  // them; a unit past the row's end loads the lane's first unit instead (an
+  // L1 hit) and is skipped. A lane with no unit at all (a group wider than
+  // the row) loads nothing. (Staging the round's x in shared memory with
+  // coalesced loads was tried: 1.3 to 2x slower at batch 1 on an H200.)
 #pragma unroll 1
   for (int col = Dec::kUnit * sub; col < cols; col += kUnitsPerRound * kColumnStep) {
     typename Dec::Raw raw[kUnitsPerRound][kRows];
@@ -172,7 +238,12 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
 #pragma unroll
     for (int u = 0; u < kUnitsPerRound; ++u) {
       if (u == 0 || col + u * kColumnStep < cols) {
-        accumulate_unit<Dec, kTokens, kRows, kSplit>(raw[u], unit, x, cols, col + u * kColumnStep, last_token, acc);
+        if constexpr (kFactored) {
+          accumulate_unit_factored<Dec, kTokens, kRows>(raw[u], unit, x, cols, col + u * kColumnStep, last_token,
+                                                        acc[0]);
+        } else {
+          accumulate_unit<Dec, kTokens, kRows, kSplit>(raw[u], unit, x, cols, col + u * kColumnStep, last_token, acc);
+        }
       }
     }
 #pragma unroll
@@ -184,7 +255,7 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
 #pragma unroll
     for (int i = 0; i < kSums; ++i) acc[0][i] += acc[s][i];
   }
-  reduce_lanes<kSums, kLanes / 2>(acc[0], sub);
+  reduce_lanes<kSums, kWarpLanes / 2>(acc[0], warp_sub);
 
   auto store = [&](int element, float sum) {
     const int t = element / kRows;
@@ -194,13 +265,32 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
       y[index] = residual != nullptr ? residual[index] + sum : sum;
     }
   };
-  if constexpr (kSums >= kLanes) {
-    constexpr int kPerLane = kSums / kLanes;
+  // Element e of the warp's totals: which lane holds it after the butterfly.
+  constexpr int kPerLane = kSums >= kWarpLanes ? kSums / kWarpLanes : 1;
+  constexpr int kShare = kSums >= kWarpLanes ? 1 : kWarpLanes / kSums;
+  if constexpr (kWarpsPerGroup == 1) {
+    if (warp_sub % kShare == 0) {
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) store(sub * kPerLane + i, acc[0][i]);
+      for (int i = 0; i < kPerLane; ++i) store(warp_sub / kShare * kPerLane + i, acc[0][i]);
+    }
   } else {
-    constexpr int kShare = kLanes / kSums;
-    if (sub % kShare == 0) store(sub / kShare, acc[0][0]);
+    // The group's warps each hold a part of every sum: they meet in shared
+    // memory and the group's first lanes add the parts in warp order (the
+    // same order every run).
+    __shared__ float parts[kMatvecThreads / 32][kSums];
+    const int warp = thread / 32;
+    if (warp_sub % kShare == 0) {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) parts[warp][warp_sub / kShare * kPerLane + i] = acc[0][i];
+    }
+    __syncthreads();
+    if (sub < kSums) {
+      const int first_warp = thread / kLanes * kWarpsPerGroup;
+      float sum = parts[first_warp][sub];
+#pragma unroll
+      for (int k = 1; k < kWarpsPerGroup; ++k) sum += parts[first_warp + k][sub];
+      store(sub, sum);
+    }
   }
 }
 
@@ -213,16 +303,47 @@ void launch(const Product& p) {
   M40_CUDA_CHECK_LAUNCH();
 }
 
-// A warp per two rows keeps enough warps in flight for a 4096-row matrix on a
-// large GPU while each x load serves two rows. The generic decoders need the
-// registers of a second row for themselves.
+// Rows a block computes together: each x load serves all of them. Four
+// halve the x traffic of two (1.6x faster at 8 tokens on an H200, a little
+// at 1); Q5_K and Q6_K keep two, whose decoders need the registers. The
+// generic decoders need the registers of a second row for themselves.
+template <class Dec>
+constexpr int rows_per_block() {
+  if (kGenericDecoder<Dec>) return 1;
+  if (std::is_same_v<Dec, DecodeQ5_K> || std::is_same_v<Dec, DecodeQ6_K>) return 2;
+  return 4;
+}
+
+// The whole block (4 warps) shares its rows, every lane taking a few units
+// of each: a lane has one or two rounds of loads, so the product takes about
+// one memory latency plus its bytes over the bandwidth, instead of the
+// rounds of one warp walking a whole row one latency at a time (a 4096-row
+// matrix is a single wave on a large GPU, where nothing else hides those
+// latencies; F16 4096x4096 went from 57% to 68% of the copy bandwidth on an
+// H200).
 template <class Dec>
 void launch_for_tokens(const Product& p) {
-  constexpr int kRows = kGenericDecoder<Dec> ? 1 : 2;
-  if (p.n_tokens <= 1) return launch<Dec, 1, kRows, 32>(p);
-  if (p.n_tokens <= 2) return launch<Dec, 2, kRows, 32>(p);
-  if (p.n_tokens <= 4) return launch<Dec, 4, kRows, 32>(p);
-  return launch<Dec, 8, kRows, 32>(p);
+  constexpr int kRows = rows_per_block<Dec>();
+  // The generic decoders keep a warp per row: their loads are small and
+  // many.
+  constexpr int kLanes = kGenericDecoder<Dec> ? 32 : kMatvecThreads;
+  if (p.n_tokens <= 1) return launch<Dec, 1, kRows, kLanes>(p);
+  if (p.n_tokens <= 2) return launch<Dec, 2, kRows, kLanes>(p);
+  if (p.n_tokens <= 4) return launch<Dec, 4, kRows, kLanes>(p);
+  if constexpr (kGenericDecoder<Dec>) {
+    // 8 sums of a generic decoder spill on sm_52 (CUDA 11.8): two launches
+    // of up to 4 tokens, each reading the weights (rare types only).
+    Product first = p, rest = p;
+    first.n_tokens = 4;
+    rest.n_tokens = p.n_tokens - 4;
+    rest.x = p.x + static_cast<size_t>(4) * static_cast<size_t>(p.cols);
+    rest.y = p.y + static_cast<size_t>(4) * static_cast<size_t>(p.rows);
+    if (p.residual != nullptr) rest.residual = p.residual + static_cast<size_t>(4) * static_cast<size_t>(p.rows);
+    launch<Dec, 4, kRows, kLanes>(first);
+    return launch_for_tokens<Dec>(rest);
+  } else {
+    return launch<Dec, 8, kRows, kLanes>(p);
+  }
 }
 
 }  // namespace
