@@ -21,6 +21,7 @@ struct BenchOptions {
   std::string model;
   std::vector<int> prompt_sizes = {512};
   std::vector<int> generate_sizes = {128};
+  std::vector<int> sequence_counts = {1};
   int repetitions = 5;
   unsigned threads = 0;
   bool cpu = false;
@@ -36,14 +37,20 @@ int run_bench(const BenchOptions& o) {
     if (p > 0) tests.push_back({"pp" + std::to_string(p), p, 0});
     n_ctx = std::max(n_ctx, p);
   }
+  int n_seq = 1;
   for (int n : o.generate_sizes) {
-    if (n > 0) tests.push_back({"tg" + std::to_string(n), 0, n});
+    if (n <= 0) continue;
+    for (int s : o.sequence_counts) {
+      tests.push_back({"tg" + std::to_string(n) + (s > 1 ? "@" + std::to_string(s) : ""), 0, n, s});
+      n_seq = std::max(n_seq, s);
+    }
     n_ctx = std::max(n_ctx, n);
   }
   if (tests.empty()) throw Error("nothing to measure: give -p or -n a positive size");
 
   engine::BackendOptions bo;
   bo.n_ctx = n_ctx;
+  bo.n_seq = n_seq;
   bo.threads = o.threads;
   bo.force_cpu = o.cpu;
   bo.gpu = o.gpu;
@@ -83,6 +90,11 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-n,--n-gen", opts->generate_sizes, "Numbers of tokens to generate one by one (0 skips)")
       ->capture_default_str();
+  cmd->add_option("-b,--batch", opts->sequence_counts,
+                  "Sequences decoded together in each generation step (tgN@S: N steps of S sequences; t/s "
+                  "counts every sequence's tokens), as the server's continuous batching does")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_option("-r,--repetitions", opts->repetitions, "Timed repetitions per test (after one warm-up)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -12,7 +12,7 @@ namespace {
 
 double run_once(backend::Backend& backend, const BenchmarkTest& test, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> token(1, backend.n_vocab() - 1);
-  std::vector<float> logits(backend.n_vocab());
+  std::vector<float> logits(static_cast<size_t>(backend.n_vocab()) * static_cast<size_t>(test.n_sequences));
   backend::Batch batch;
   const auto start = std::chrono::steady_clock::now();
   if (test.n_prompt > 0) {
@@ -21,7 +21,7 @@ double run_once(backend::Backend& backend, const BenchmarkTest& test, std::mt199
   }
   for (int i = 0; i < test.n_generate; ++i) {
     batch.clear();
-    batch.add(token(rng), test.n_prompt + i, 0, true);
+    for (int s = 0; s < test.n_sequences; ++s) batch.add(token(rng), test.n_prompt + i, s, true);
     backend.forward(batch, logits);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -35,6 +35,10 @@ BenchmarkResult run_benchmark(backend::Backend& backend, const BenchmarkTest& te
                 " tokens; the backend has " + std::to_string(backend.n_ctx()));
   }
   if (repetitions < 1) throw Error("at least one repetition is needed");
+  if (test.n_sequences < 1 || test.n_sequences > backend.n_seq_max()) {
+    throw Error(test.name + " decodes " + std::to_string(test.n_sequences) + " sequences; the backend has " +
+                std::to_string(backend.n_seq_max()) + " slots");
+  }
   std::mt19937 rng(42);
   BenchmarkResult result;
   result.test = test;
@@ -43,7 +47,7 @@ BenchmarkResult run_benchmark(backend::Backend& backend, const BenchmarkTest& te
   for (int r = 0; r < repetitions; ++r) {
     const double s = run_once(backend, test, rng);
     result.seconds.push_back(s);
-    rates.push_back((test.n_prompt + test.n_generate) / s);
+    rates.push_back((test.n_prompt + test.n_generate * test.n_sequences) / s);
   }
   double mean = 0;
   for (double v : rates) mean += v;

@@ -1,6 +1,8 @@
 // Throughput measurement in llama-bench's terms: prompt processing (ppN: one
 // batch of N tokens) and text generation (tgN: N single-token steps), each
-// repeated, after an untimed warm-up run.
+// repeated, after an untimed warm-up run. Batched generation (tgN@S: N steps
+// that each decode one token of S sequences at once, as the server's
+// continuous batching does) counts the tokens of all S sequences.
 #pragma once
 
 #include <string>
@@ -14,6 +16,7 @@ struct BenchmarkTest {
   std::string name;  // "pp512", "tg128"
   int n_prompt = 0;  // tokens in one batch (pp)
   int n_generate = 0;  // single-token steps (tg)
+  int n_sequences = 1;  // sequences decoded together in each tg step
 };
 
 struct BenchmarkResult {
@@ -24,7 +27,7 @@ struct BenchmarkResult {
 };
 
 // Runs `test` once untimed, then `repetitions` times, each from position 0 of
-// sequence 0 (earlier contents are overwritten). Token ids are drawn
+// sequences 0 .. n_sequences - 1 (earlier contents are overwritten). Token ids are drawn
 // reproducibly from the vocabulary.
 BenchmarkResult run_benchmark(backend::Backend& backend, const BenchmarkTest& test, int repetitions);
 

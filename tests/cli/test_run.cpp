@@ -101,6 +101,18 @@ TEST_F(RunCommand, BenchPrintsALlamaBenchTable) {
   EXPECT_NE(r.out.find("| CPU "), std::string::npos) << r.out;
 }
 
+// -b decodes several sequences per step: one row per sequence count.
+TEST_F(RunCommand, BenchMeasuresBatchedGeneration) {
+  auto r = run_binary({"bench", m40::test::shared_model("TinyStories-656K-Q8_0.gguf").string(), "--cpu", "-p", "0",
+                       "-n", "4", "-b", "1", "3", "-r", "1", "-t", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("|             tg4 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("|           tg4@3 |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("pp"), std::string::npos) << r.out;
+  auto zero = run_binary({"bench", m40::test::shared_model("TinyStories-656K-Q8_0.gguf").string(), "--cpu", "-b", "0"});
+  EXPECT_NE(zero.exit_code, 0);
+}
+
 // A model pulled into the store is run, shown and benchmarked by its name.
 TEST_F(RunCommand, StoreNamesWorkWherePathsDo) {
   const fs::path home = fs::path(::testing::TempDir()) / ("m40_run_home_" + std::to_string(::getpid()));
