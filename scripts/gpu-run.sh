@@ -83,7 +83,7 @@ m40="$bin_dir/m40-llm"
 {
   echo "# GPU run: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo "GPU: $(sed -n 2p "$out/gpu.txt"); code built for sm_$arch; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "GPU: $(sed -n 2p "$out/gpu.txt"); code built for sm_$arch"
   echo
   echo "| step | result |"
   echo "| --- | --- |"

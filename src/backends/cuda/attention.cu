@@ -249,6 +249,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
         sum += p;
       }
       sum = warp_sum(sum);
+      // Every lane has read s_m[warp] before lane 0 overwrites it (racecheck:
+      // the shuffles order the lanes in practice, not by the memory model).
+      __syncwarp();
       if (lane == 0) {
         const float corr = expf(m_old - m_new);  // 0 on the first sub-chunk
         s_corr[warp] = corr;
@@ -602,6 +605,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
           }
         }
         sum = group_sum(sum, kRowThreads);
+        __syncwarp();  // the row's threads have read row_m[r] before it changes (as in the decode kernel)
         if (tid % kRowThreads == 0) {
           const float corr = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
           row_corr[r] = corr;

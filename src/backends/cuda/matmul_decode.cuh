@@ -35,14 +35,16 @@ __device__ __forceinline__ uint32_t load_2(const uint8_t* p) {
 }
 
 // 16 bytes at an address that is only 2-byte aligned (the 18-, 34- and 210-byte
-// blocks), as four little-endian words: five aligned 4-byte loads and funnel
-// shifts. Never reads outside the 4-byte words that hold p[0..15].
+// blocks), as four little-endian words: four aligned 4-byte loads, one
+// 2-byte load and funnel shifts. Reads no byte outside p[-2..15] (the last
+// block of a tensor ends at p[15]: compute-sanitizer found the 4-byte load
+// that used to read p[16..17]).
 __device__ __forceinline__ uint4 load_16_align2(const uint8_t* p) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(p);
   const uint8_t* base = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3});
   const uint32_t shift = static_cast<uint32_t>(address & 2u) * 8u;  // 0 or 16
   const uint32_t w0 = load_4(base), w1 = load_4(base + 4), w2 = load_4(base + 8), w3 = load_4(base + 12);
-  const uint32_t w4 = load_4(base + (shift != 0 ? 16 : 12));  // only used when misaligned
+  const uint32_t w4 = load_2(base + (shift != 0 ? 16 : 12));  // p[14..15]; only used when misaligned
   return make_uint4(__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift),
                     __funnelshift_r(w2, w3, shift), __funnelshift_r(w3, w4, shift));
 }
