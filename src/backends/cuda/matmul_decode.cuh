@@ -83,6 +83,20 @@ __device__ __forceinline__ void bytes_to_ints(uint32_t word, float bias, float* 
   q[3] = magic_byte<3>(word) - bias;
 }
 
+// 1 + byte / 128 for the four bytes of `word` (each below 128), in order:
+// one byte permute each builds the float [0, 0, 0x80 | byte, 0x3F], whose
+// top mantissa bits hold the byte. The fraction quants of the factored
+// decoders below: dot(1 + q / 128, x) - sum(x) = dot(q, x) / 128 saves the
+// subtraction the 2^23 trick needs, for about 7 of the 24 bits of the
+// unit's dot product (still exact products, FP32 sums).
+__device__ __forceinline__ void bytes_to_fractions(uint32_t word, float* m) {
+  const uint32_t bytes = word | 0x80808080u;  // 0x80: the exponent's low bit
+  m[0] = __uint_as_float(__byte_perm(bytes, 0x3F000000u, 0x7054u));
+  m[1] = __uint_as_float(__byte_perm(bytes, 0x3F000000u, 0x7154u));
+  m[2] = __uint_as_float(__byte_perm(bytes, 0x3F000000u, 0x7254u));
+  m[3] = __uint_as_float(__byte_perm(bytes, 0x3F000000u, 0x7354u));
+}
+
 // fma(scale, byte, -offset) for the four bytes of `word` (the K-quant formula).
 __device__ __forceinline__ void bytes_to_floats_offset(uint32_t word, float scale, float offset, float* w) {
   w[0] = fmaf(scale, magic_byte<0>(word) - kTwo23, -offset);
@@ -165,11 +179,14 @@ __device__ __forceinline__ float2 k_unit_scale(const uint4& header, int s) {
 // The block formats are also "factored" (kFactored): value = scale * q -
 // offset for the whole unit, with q a small integer. The matvec kernel then
 // takes dot(q, x) over the unit and applies the scale (and the offset times
-// sum(x), shared by all rows) once per unit: one instruction per weight
-// fewer than decoding every value.
-//   quants<piece>(raw, unit, q)      q of values 8 piece .. 8 piece + 7, exact
-//   unit_scale(raw, unit)            {scale, offset}; kHasOffset says whether
-//                                    offset can be non-zero
+// sum(x), shared by all rows) once per unit, instead of decoding every value.
+//   quants<piece>(raw, unit, q)      q of values 8 piece .. 8 piece + 7:
+//                                    the signed quant, exact (Q8_0, IQ4_NL),
+//                                    or with kFractionQuants 1 + q / 128 for
+//                                    the unsigned stored quant q < 128
+//                                    (Q4_0, Q4_K, Q5_K, Q6_K)
+//   unit_scale(raw, unit)            {scale, offset}: value = scale * q -
+//                                    offset (offset 0 for the signed ones)
 
 struct DecodeF32 {
   static constexpr bool kFactored = false;
@@ -243,7 +260,7 @@ struct DecodeQ8_0 {
     bytes_to_floats(word_of<2 * piece + 1>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, raw.d, w + 4);
   }
   static constexpr bool kFactored = true;
-  static constexpr bool kHasOffset = false;
+  static constexpr bool kFractionQuants = false;
   template <int piece>
   __device__ static void quants(const Raw& raw, int, float* q) {
     bytes_to_ints(word_of<2 * piece>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, q);
@@ -273,14 +290,14 @@ struct DecodeQ4_0 {
     bytes_to_floats(nibbles(word_of<2 * piece + 1>(raw.qs), high), kTwo23 + 8.0f, raw.d, w + 4);
   }
   static constexpr bool kFactored = true;
-  static constexpr bool kHasOffset = false;
+  static constexpr bool kFractionQuants = true;
   template <int piece>
   __device__ static void quants(const Raw& raw, int unit, float* q) {
     const bool high = (unit & 1) != 0;
-    bytes_to_ints(nibbles(word_of<2 * piece>(raw.qs), high), kTwo23 + 8.0f, q);
-    bytes_to_ints(nibbles(word_of<2 * piece + 1>(raw.qs), high), kTwo23 + 8.0f, q + 4);
+    bytes_to_fractions(nibbles(word_of<2 * piece>(raw.qs), high), q);
+    bytes_to_fractions(nibbles(word_of<2 * piece + 1>(raw.qs), high), q + 4);
   }
-  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.d, 0.0f}; }
+  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.d, 8.0f * raw.d}; }  // d * (q - 8)
 };
 
 struct DecodeIQ4_NL {
@@ -300,7 +317,7 @@ struct DecodeIQ4_NL {
                     w + 4);
   }
   static constexpr bool kFactored = true;
-  static constexpr bool kHasOffset = false;
+  static constexpr bool kFractionQuants = false;  // levels are signed bytes
   template <int piece>
   __device__ static void quants(const Raw& raw, int unit, float* q) {
     const bool high = (unit & 1) != 0;
@@ -336,12 +353,12 @@ struct DecodeQ4_K {
     bytes_to_floats_offset(nibbles(word_of<2 * piece + 1>(raw.qs), high), scale, offset, w + 4);
   }
   static constexpr bool kFactored = true;
-  static constexpr bool kHasOffset = true;
+  static constexpr bool kFractionQuants = true;
   template <int piece>
   __device__ static void quants(const Raw& raw, int unit, float* q) {
     const bool high = ((unit >> 1) & 1) != 0;
-    bytes_to_ints(nibbles(word_of<2 * piece>(raw.qs), high), kTwo23, q);
-    bytes_to_ints(nibbles(word_of<2 * piece + 1>(raw.qs), high), kTwo23, q + 4);
+    bytes_to_fractions(nibbles(word_of<2 * piece>(raw.qs), high), q);
+    bytes_to_fractions(nibbles(word_of<2 * piece + 1>(raw.qs), high), q + 4);
   }
   __device__ static float2 unit_scale(const Raw& raw, int unit) { return k_unit_scale(raw.header, unit >> 1); }
 };
@@ -379,12 +396,12 @@ struct DecodeQ5_K {
     bytes_to_floats_offset(quant_bytes<piece>(raw, s, 1), scale, offset, w + 4);
   }
   static constexpr bool kFactored = true;
-  static constexpr bool kHasOffset = true;
+  static constexpr bool kFractionQuants = true;
   template <int piece>
   __device__ static void quants(const Raw& raw, int unit, float* q) {
     const int s = unit >> 1;
-    bytes_to_ints(quant_bytes<piece>(raw, s, 0), kTwo23, q);
-    bytes_to_ints(quant_bytes<piece>(raw, s, 1), kTwo23, q + 4);
+    bytes_to_fractions(quant_bytes<piece>(raw, s, 0), q);
+    bytes_to_fractions(quant_bytes<piece>(raw, s, 1), q + 4);
   }
   __device__ static float2 unit_scale(const Raw& raw, int unit) { return k_unit_scale(raw.header, unit >> 1); }
 };
@@ -424,14 +441,14 @@ struct DecodeQ6_K {
     bytes_to_floats(quant_bytes<piece>(raw, g, 1), kTwo23 + 32.0f, raw.scale, w + 4);
   }
   static constexpr bool kFactored = true;
-  static constexpr bool kHasOffset = false;
+  static constexpr bool kFractionQuants = true;
   template <int piece>
   __device__ static void quants(const Raw& raw, int unit, float* q) {
     const int g = (unit >> 1) & 3;
-    bytes_to_ints(quant_bytes<piece>(raw, g, 0), kTwo23 + 32.0f, q);
-    bytes_to_ints(quant_bytes<piece>(raw, g, 1), kTwo23 + 32.0f, q + 4);
+    bytes_to_fractions(quant_bytes<piece>(raw, g, 0), q);
+    bytes_to_fractions(quant_bytes<piece>(raw, g, 1), q + 4);
   }
-  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.scale, 0.0f}; }
+  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.scale, 32.0f * raw.scale}; }  // (q - 32)
 };
 
 // Every other block format: quant::dequantize_value, value by value, straight

@@ -105,10 +105,11 @@ __device__ __forceinline__ void accumulate_unit(const typename Dec::Raw* raw, in
 }
 
 // The factored form of accumulate_unit (matmul_decode.cuh): per row and
-// token, dot(q, x) over the unit's 16 values, then acc += scale * dot -
-// offset * sum(x), the sum of x shared by all rows. Three instructions per
-// weight (byte permute, subtract, FMA) instead of four or five. The products
-// q * x are exact; the sums differ from the CPU's order only in rounding.
+// token, dot(q, x) over the unit's 16 values, then acc += scale * dot for
+// the signed quants; for the fraction quants (q' = 1 + q / 128),
+// acc += 128 scale (dot(q', x) - sum(x)) - offset * sum(x), the sum of x
+// shared by all rows. Two or three instructions per weight (byte permute,
+// FMA; a subtraction for the signed quants) instead of four or five.
 template <class Dec, int kTokens, int kRows>
 __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw* raw, int unit,
                                                          const float* __restrict__ x, int cols, int col, int last_token,
@@ -133,7 +134,9 @@ __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw
       const float4 a = __ldg(xp);
       const float4 b = __ldg(xp + 1);
       const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      if constexpr (Dec::kHasOffset) x_sum[t] += ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+      if constexpr (Dec::kFractionQuants) {
+        x_sum[t] += ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+      }
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -147,8 +150,12 @@ __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw
 #pragma unroll
     for (int t = 0; t < kTokens; ++t) {
       float& sum = acc[t * kRows + r];
-      sum = fmaf(scale.x, dot[t * kRows + r], sum);
-      if constexpr (Dec::kHasOffset) sum = fmaf(-scale.y, x_sum[t], sum);
+      if constexpr (Dec::kFractionQuants) {
+        sum = fmaf(128.0f * scale.x, dot[t * kRows + r] - x_sum[t], sum);
+        sum = fmaf(-scale.y, x_sum[t], sum);
+      } else {
+        sum = fmaf(scale.x, dot[t * kRows + r], sum);
+      }
     }
   }
 }
@@ -164,9 +171,9 @@ constexpr int min_blocks_per_sm(int tokens, int rows) {
   const int sums = tokens * rows;
   const bool k_quant = std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> ||
                        std::is_same_v<Dec, DecodeQ6_K>;
-  if (sums <= 4 && rows <= 2) return 6;
-  if (sums <= 8 || (sums <= 16 && !k_quant)) return 4;
-  return k_quant ? 2 : 3;
+  if (sums <= 4 && rows <= 2 && tokens == 1) return 6;
+  if (k_quant) return sums <= 4 ? 4 : sums <= 8 ? 3 : 2;
+  return sums <= 16 ? 4 : 3;
 }
 
 // Units a lane loads before it computes on them: enough bytes in flight per
