@@ -3,12 +3,15 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "cli/commands.h"
+#include "store/http_download.h"
 #include "store/pull.h"
 
 namespace m40::cli {
@@ -20,13 +23,37 @@ struct PullCommandOptions {
   std::string name;
 };
 
+std::atomic<bool> g_interrupted{false};
+
+void note_interrupt(int) { g_interrupted.store(true); }
+
+// Ctrl-C or SIGTERM stops the transfer cleanly: the partial file is closed
+// and kept for a resume, and the message says so. A second Ctrl-C (the
+// handler resets itself) kills the process at once.
+void catch_interrupts() {
+  struct sigaction action {};
+  action.sa_handler = note_interrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+}
+
 int run_pull(const PullCommandOptions& opts) {
   const store::Store store = store::Store::from_environment();
+  catch_interrupts();
   store::PullOptions options;
+  options.interrupted = [] { return g_interrupted.load(); };
   options.ref = opts.ref;
   if (!opts.name.empty()) options.name = opts.name;
   options.terminal = ::isatty(STDERR_FILENO) != 0;
-  const store::PullResult result = store::pull_model(store, options);
+  store::PullResult result;
+  try {
+    result = store::pull_model(store, options);
+  } catch (const store::InterruptedError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 130;  // as a shell reports a process ended by SIGINT
+  }
   std::printf("%s\n", result.manifest.model_name().str().c_str());
   return 0;
 }

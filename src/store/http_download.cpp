@@ -282,6 +282,13 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
 
 std::string size_text(uint64_t n) { return std::to_string(n) + " bytes"; }
 
+// libcurl calls this about once a second even while no bytes arrive, so a
+// stalled transfer still notices an interruption.
+int on_transfer_info(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto& t = *static_cast<Transfer*>(user);
+  return t.request->interrupted && t.request->interrupted() ? 1 : 0;
+}
+
 }  // namespace
 
 std::string http_get_text(const std::string& url, const std::map<std::string, std::string>& headers,
@@ -305,7 +312,7 @@ std::string http_get_text(const std::string& url, const std::map<std::string, st
 
 DownloadResult download_file(const DownloadRequest& request) {
   FileDescriptor fd(::open(request.partial.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (fd.get() < 0) throw DiskError("cannot create " + request.partial.string() + ": " + std::strerror(errno));
+  if (fd.get() < 0) throw DiskError("cannot create " + request.partial.string() + ": " + std::strerror(errno), errno);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     throw Error("another pull is already writing " + request.partial.string() + "; wait for it to finish");
   }
@@ -319,10 +326,10 @@ DownloadResult download_file(const DownloadRequest& request) {
   // resumes after it.
   t.offset = hash_file_into(hash, request.partial);
   if (::lseek(fd.get(), static_cast<off_t>(t.offset), SEEK_SET) < 0) {
-    throw DiskError("cannot seek in " + request.partial.string() + ": " + std::strerror(errno));
+    throw DiskError("cannot seek in " + request.partial.string() + ": " + std::strerror(errno), errno);
   }
   if (request.expected_size && t.offset > *request.expected_size && !t.restart_from_zero()) {
-    throw DiskError("cannot truncate " + request.partial.string() + ": " + std::strerror(t.write_errno));
+    throw DiskError("cannot truncate " + request.partial.string() + ": " + std::strerror(t.write_errno), t.write_errno);
   }
   DownloadResult result;
   result.resumed_from = t.offset;
@@ -339,20 +346,29 @@ DownloadResult download_file(const DownloadRequest& request) {
     curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &t);
+    if (request.interrupted) {
+      curl_easy_setopt(easy.get(), CURLOPT_XFERINFOFUNCTION, on_transfer_info);
+      curl_easy_setopt(easy.get(), CURLOPT_XFERINFODATA, &t);
+      curl_easy_setopt(easy.get(), CURLOPT_NOPROGRESS, 0L);
+    }
     const std::string range = std::to_string(t.offset) + "-";
     if (t.offset > 0) curl_easy_setopt(easy.get(), CURLOPT_RANGE, range.c_str());
     const uint64_t offset_before = t.offset;
     const CURLcode code = curl_easy_perform(easy.get());
     if (t.offset > offset_before) received_any = true;
+    if (request.interrupted && request.interrupted()) {
+      throw InterruptedError("interrupted; " + size_text(t.offset) + " kept in " + request.partial.string() +
+                             ", pull again to resume");
+    }
     if (t.write_errno != 0) {
-      throw DiskError("cannot write " + request.partial.string() + ": " + std::strerror(t.write_errno));
+      throw DiskError("cannot write " + request.partial.string() + ": " + std::strerror(t.write_errno), t.write_errno);
     }
     const long status = t.started ? t.status : easy.status();
     if (t.bad_range || (status == 416 && t.offset > 0 && !(request.expected_size && t.offset == *request.expected_size))) {
       // The server answered another range than asked, or none fits what we
       // hold: start over.
       if (!t.restart_from_zero()) {
-        throw DiskError("cannot truncate " + request.partial.string() + ": " + std::strerror(t.write_errno));
+        throw DiskError("cannot truncate " + request.partial.string() + ": " + std::strerror(t.write_errno), t.write_errno);
       }
       if (attempt >= request.max_attempts) throw NetworkError("the server at " + host_of(request.url) + " cannot resume downloads correctly");
       continue;
@@ -379,7 +395,7 @@ DownloadResult download_file(const DownloadRequest& request) {
     std::this_thread::sleep_for(std::chrono::duration<double>(request.retry_delay_s * attempt));
   }
   if (::fsync(fd.get()) != 0 && errno != EINVAL) {
-    throw DiskError("cannot write " + request.partial.string() + ": " + std::strerror(errno));
+    throw DiskError("cannot write " + request.partial.string() + ": " + std::strerror(errno), errno);
   }
   result.size = t.offset;
   result.sha256 = hash.hex_digest();

@@ -32,6 +32,16 @@ class NetworkError : public Error {
 // The local disk refused a write (full, read-only, permission, file size limit).
 class DiskError : public Error {
  public:
+  explicit DiskError(const std::string& what, int error_number = 0) : Error(what), error_number_(error_number) {}
+  int error_number() const { return error_number_; }  // errno, when known
+
+ private:
+  int error_number_;
+};
+
+// The user stopped the pull (Ctrl-C, SIGTERM); what arrived is kept.
+class InterruptedError : public Error {
+ public:
   using Error::Error;
 };
 
@@ -53,6 +63,9 @@ struct DownloadRequest {
   std::function<void(uint64_t, std::optional<uint64_t>)> on_progress;
   // Called when a dropped transfer is about to resume.
   std::function<void(const std::string&)> on_notice;
+  // Polled while the transfer runs (at least once a second, even when no
+  // bytes arrive); true stops it with InterruptedError, the partial file kept.
+  std::function<bool()> interrupted;
 };
 
 struct DownloadResult {

@@ -92,4 +92,10 @@ void Progress::finish() {
   std::fflush(out_);
 }
 
+void Progress::abandon() {
+  if (terminal_ && drawn_) std::fprintf(out_, "\n");
+  drawn_ = false;
+  std::fflush(out_);
+}
+
 }  // namespace m40::store

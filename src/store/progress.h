@@ -17,6 +17,8 @@ class Progress {
   // A message between progress lines (a resumed connection).
   void notice(const std::string& text);
   void finish();
+  // Ends a drawn bar's line, so that an error printed next starts a line.
+  void abandon();
 
  private:
   using Clock = std::chrono::steady_clock;

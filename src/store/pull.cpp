@@ -95,31 +95,41 @@ void remove_file(const fs::path& path) {
 
 // Copies a local file into the partial file, hashing as it goes.
 std::string copy_with_hash(const fs::path& from, const fs::path& to,
-                           const std::function<void(uint64_t, std::optional<uint64_t>)>& report) {
+                           const std::function<void(uint64_t, std::optional<uint64_t>)>& report,
+                           const std::function<bool()>& interrupted) {
   std::ifstream in(from, std::ios::binary);
   if (!in) throw Error("cannot read " + from.string() + ": " + std::strerror(errno));
   std::ofstream out(to, std::ios::binary | std::ios::trunc);
-  if (!out) throw DiskError("cannot create " + to.string() + ": " + std::strerror(errno));
+  if (!out) throw DiskError("cannot create " + to.string() + ": " + std::strerror(errno), errno);
   std::error_code ec;
   const uint64_t total = fs::file_size(from, ec);
   Sha256 hash;
   std::vector<char> buffer(1 << 20);
   uint64_t done = 0;
   while (in) {
+    if (interrupted && interrupted()) throw InterruptedError("interrupted; nothing was stored");
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     const auto got = static_cast<size_t>(in.gcount());
     if (got == 0) break;
     errno = 0;
     out.write(buffer.data(), static_cast<std::streamsize>(got));
-    if (!out) throw DiskError("cannot write " + to.string() + ": " + std::strerror(errno != 0 ? errno : EIO));
+    if (!out) throw DiskError("cannot write " + to.string() + ": " + std::strerror(errno != 0 ? errno : EIO), errno != 0 ? errno : EIO);
     hash.update(buffer.data(), got);
     done += got;
     report(done, total);
   }
   if (in.bad()) throw Error("cannot read " + from.string());
   out.flush();
-  if (!out) throw DiskError("cannot write " + to.string() + ": " + std::strerror(errno != 0 ? errno : EIO));
+  if (!out) throw DiskError("cannot write " + to.string() + ": " + std::strerror(errno != 0 ? errno : EIO), errno != 0 ? errno : EIO);
   return hash.hex_digest();
+}
+
+// What to do when the store cannot be written to at all.
+std::string disk_hint(int error_number) {
+  if (error_number == EACCES || error_number == EPERM || error_number == EROFS) {
+    return "; make the store writable or set M40_LLM_HOME to a folder you can write";
+  }
+  return "";
 }
 
 std::string short_sha(const std::string& sha) { return sha.substr(0, 12); }
@@ -193,7 +203,15 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
 
   std::error_code ec;
   fs::create_directories(store.model_dir(name), ec);
-  if (ec) throw DiskError("cannot create " + store.model_dir(name).string() + ": " + ec.message());
+  if (ec) {
+    // Name the folder that refused: the deepest one that exists.
+    fs::path refused = store.model_dir(name);
+    std::error_code exists_ec;
+    while (refused.has_parent_path() && refused != refused.parent_path() && !fs::exists(refused, exists_ec)) {
+      refused = refused.parent_path();
+    }
+    throw Error("cannot create a folder in " + refused.string() + ": " + ec.message() + disk_hint(ec.value()));
+  }
   const fs::path partial = store.partial_path(name);
 
   std::fprintf(log, "pulling %s from %s\n", name.str().c_str(), source.c_str());
@@ -207,7 +225,7 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   try {
     if (ref.kind == SourceKind::LocalFile) {
       source = fs::absolute(ref.location).lexically_normal().string();
-      sha = copy_with_hash(ref.location, partial, report);
+      sha = copy_with_hash(ref.location, partial, report, options.interrupted);
       size = fs::file_size(partial);
     } else {
       DownloadRequest request;
@@ -217,6 +235,7 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
       request.headers = headers;
       request.on_progress = report;
       request.on_notice = [&](const std::string& text) { progress.notice(text); };
+      request.interrupted = options.interrupted;
       const DownloadResult result = download_file(request);
       if (result.resumed_from > 0) {
         std::fprintf(log, "resumed a partial download at %llu bytes\n", static_cast<unsigned long long>(result.resumed_from));
@@ -227,16 +246,26 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
     }
     progress.finish();
   } catch (const DiskError& e) {
+    progress.abandon();
     // A disk that refused a write leaves nothing behind.
     remove_file(partial);
     remove_empty_dirs(store, name);
-    throw Error(std::string(e.what()) + "; nothing was stored");
+    throw Error(std::string(e.what()) + "; nothing was stored" + disk_hint(e.error_number()));
+  } catch (const InterruptedError&) {
+    progress.abandon();
+    // A copy starts over anyway; a download's bytes are kept for a resume.
+    std::error_code size_ec;
+    if (ref.kind == SourceKind::LocalFile || fs::file_size(partial, size_ec) == 0 || size_ec) remove_file(partial);
+    remove_empty_dirs(store, name);
+    throw;
   } catch (const HttpStatusError&) {
+    progress.abandon();
     std::error_code size_ec;
     if (fs::file_size(partial, size_ec) == 0 || size_ec) remove_file(partial);
     remove_empty_dirs(store, name);
     throw;
   } catch (const Error&) {
+    progress.abandon();
     // A network failure keeps what arrived, for the next pull to resume.
     std::error_code size_ec;
     if (fs::file_size(partial, size_ec) == 0 || size_ec) remove_file(partial);

@@ -39,6 +39,9 @@ struct PullOptions {
   // Bytes done and total (when known) as the download or copy goes on
   // (the server's /api/pull status lines).
   std::function<void(uint64_t done, std::optional<uint64_t> total)> on_progress;
+  // Polled during the transfer: true stops the pull with InterruptedError
+  // (a download's partial file is kept for the next pull to resume).
+  std::function<bool()> interrupted;
 };
 
 struct PullResult {

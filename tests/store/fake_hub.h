@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
@@ -36,6 +37,7 @@ class FakeHub {
     std::string sha256;       // of the real bytes (what the listing says)
     bool drop_first = false;  // first request: half the bytes, then close
     bool corrupt = false;     // serve one byte changed
+    bool stall_at_half = false;  // send half the bytes, then wait for release_stalls()
     std::string linked_etag;  // X-Linked-Etag on /files/
   };
 
@@ -87,6 +89,11 @@ class FakeHub {
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ~FakeHub() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    stall_released_.notify_all();
     server_.stop();
     thread_.join();
   }
@@ -106,6 +113,15 @@ class FakeHub {
     return files_[key] = std::move(s);
   }
   Served& add_file(const std::string& key, const std::filesystem::path& path) { return add(key, read_text_file(path)); }
+
+  // Downloads that stall halfway close their connection and stop stalling.
+  void release_stalls() {
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [key, f] : files_) f.stall_at_half = false;
+    }
+    stall_released_.notify_all();
+  }
 
   // Listings come in pages of this many files (0: all on one page).
   void set_page_size(size_t files) {
@@ -155,6 +171,21 @@ class FakeHub {
                                });
       return;
     }
+    if (f.stall_at_half) {
+      auto data = std::make_shared<std::string>(std::move(bytes));
+      const size_t half = data->size() / 2;
+      res.set_content_provider(data->size(), "application/octet-stream",
+                               [this, data, half, key](size_t offset, size_t length, httplib::DataSink& sink) {
+                                 if (offset < half) {
+                                   sink.write(data->data() + offset, std::min(length, half - offset));
+                                   return true;
+                                 }
+                                 std::unique_lock stall_lock(mutex_);
+                                 stall_released_.wait(stall_lock, [&] { return stopping_ || !files_[key].stall_at_half; });
+                                 return false;  // close the connection
+                               });
+      return;
+    }
     // httplib answers a Range request with 206 and the slice asked for.
     res.set_content(std::move(bytes), "application/octet-stream");
   }
@@ -163,6 +194,8 @@ class FakeHub {
   int port_ = 0;
   std::thread thread_;
   mutable std::mutex mutex_;
+  std::condition_variable stall_released_;
+  bool stopping_ = false;
   std::map<std::string, Served> files_;
   size_t page_size_ = 0;
   std::vector<HubRequest> requests_;

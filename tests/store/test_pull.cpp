@@ -5,13 +5,20 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +40,83 @@ const char* kQ8Sha = "c773a9eb8883751131f30e0c1965c56b1102a4972fdac6a6f71fe156ba
 std::string shared_bytes(const char* model) { return m40::test::read_text_file(m40::test::shared_model(model)); }
 
 int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+std::string last_line(const std::string& s) {
+  const size_t end = s.empty() || s.back() != '\n' ? s.size() : s.size() - 1;
+  const size_t start = s.rfind('\n', end == 0 ? 0 : end - 1);
+  return s.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1));
+}
+
+// A pull running in the background, so that a test can interrupt it.
+class BackgroundPull {
+ public:
+  // `as_user`: when >= 0, the child drops to this uid/gid before exec
+  // (a root test run checking what a user without write access sees).
+  explicit BackgroundPull(const std::vector<std::string>& args, int as_user = -1) {
+    const fs::path dir = ::testing::TempDir();
+    const std::string stem = "m40_pull_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++);
+    out_ = dir / (stem + ".out");
+    err_ = dir / (stem + ".err");
+    std::vector<std::string> storage{m40::test::binary_path()};
+    storage.insert(storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : storage) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int out_fd = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    const int err_fd = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out_fd, 1);
+      ::dup2(err_fd, 2);
+      const int null_fd = ::open("/dev/null", O_RDONLY);
+      ::dup2(null_fd, 0);
+      if (as_user >= 0 && (::setgroups(0, nullptr), ::setgid(as_user) != 0 || ::setuid(as_user) != 0)) ::_exit(125);
+      ::execv(argv[0], argv.data());
+      ::_exit(126);
+    }
+    ::close(out_fd);
+    ::close(err_fd);
+  }
+  ~BackgroundPull() {
+    if (pid_ > 0 && !waited_) {
+      ::kill(pid_, SIGKILL);
+      wait();
+    }
+    std::error_code ec;
+    fs::remove(out_, ec);
+    fs::remove(err_, ec);
+  }
+  BackgroundPull(const BackgroundPull&) = delete;
+  BackgroundPull& operator=(const BackgroundPull&) = delete;
+
+  void signal(int sig) const { ::kill(pid_, sig); }
+  BinaryResult wait() {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    waited_ = true;
+    BinaryResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = m40::test::read_text_file(out_);
+    r.err = m40::test::read_text_file(err_);
+    return r;
+  }
+
+ private:
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  bool waited_ = false;
+  fs::path out_, err_;
+};
+
+// Waits (bounded, not timed) until `path` holds `bytes` bytes.
+bool wait_for_size(const fs::path& path, uint64_t bytes) {
+  for (int i = 0; i < 6000; ++i) {
+    std::error_code ec;
+    if (fs::file_size(path, ec) == bytes && !ec) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
 
 class Pull : public ::testing::Test {
  protected:
@@ -270,6 +354,93 @@ TEST_F(Pull, ADiskThatRefusesWritesLeavesNothingBehind) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("error: cannot write "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("File too large; nothing was stored"), std::string::npos) << r.err;
+  expect_nothing_stored();
+}
+
+// A pull killed outright (SIGKILL, a power cut) leaves only its partial
+// file: nothing is listed, and the next pull resumes after the bytes kept.
+TEST_F(Pull, AKilledPullLeavesNoModelAndTheNextPullResumes) {
+  hub.add_file(std::string("test/tinystories/") + kQ8, m40::test::shared_model(kQ8)).stall_at_half = true;
+  const fs::path partial = model_dir("hf.co/test/tinystories", "Q8_0") / "model.gguf.partial";
+  BackgroundPull pull({"pull", "hf.co/test/tinystories:Q8_0"});
+  ASSERT_TRUE(wait_for_size(partial, 374864)) << "the pull never got halfway";
+  pull.signal(SIGKILL);
+  EXPECT_EQ(pull.wait().exit_code, 128 + SIGKILL);
+
+  EXPECT_FALSE(fs::exists(model_dir("hf.co/test/tinystories", "Q8_0") / "model.gguf"));
+  EXPECT_FALSE(fs::exists(model_dir("hf.co/test/tinystories", "Q8_0") / "manifest.json"));
+  const BinaryResult list = run_binary({"list"});
+  EXPECT_EQ(count_lines(list.out), 1) << list.out;
+  EXPECT_EQ(run_binary({"show", "hf.co/test/tinystories:Q8_0"}).exit_code, 1);
+
+  hub.release_stalls();
+  const BinaryResult r = run_binary({"pull", "hf.co/test/tinystories:Q8_0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("resumed a partial download at 374864 bytes"), std::string::npos) << r.err;
+  const auto requests = hub.requests_for(std::string("/test/tinystories/resolve/main/") + kQ8);
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].range, "bytes=374864-");
+  EXPECT_EQ(stored("hf.co/test/tinystories", "Q8_0"), shared_bytes(kQ8));
+  EXPECT_FALSE(fs::exists(partial));
+}
+
+// Ctrl-C (SIGINT) or SIGTERM during a download: one line saying what was
+// kept and what to do, exit status 130, no model, and a resume next time
+// (even while the server sends nothing, the pull notices the signal).
+TEST_F(Pull, AnInterruptedPullSaysWhatWasKeptAndResumes) {
+  hub.add_file(std::string("test/tinystories/") + kQ8, m40::test::shared_model(kQ8)).stall_at_half = true;
+  const fs::path partial = model_dir("hf.co/test/tinystories", "Q8_0") / "model.gguf.partial";
+  const std::string file_path = std::string("/test/tinystories/resolve/main/") + kQ8;
+  for (const int sig : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(sig == SIGINT ? "SIGINT" : "SIGTERM");
+    const size_t requests_before = hub.requests_for(file_path).size();
+    BackgroundPull pull({"pull", "hf.co/test/tinystories:Q8_0"});
+    // The first pull stalls at half the file; the second resumes there and
+    // stalls at once.
+    for (int i = 0; i < 6000 && hub.requests_for(file_path).size() == requests_before; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(wait_for_size(partial, 374864)) << "the pull never got halfway";
+    pull.signal(sig);
+    const BinaryResult r = pull.wait();
+    EXPECT_EQ(r.exit_code, 130) << r.err;
+    EXPECT_EQ(last_line(r.err),
+              "error: interrupted; 374864 bytes kept in " + partial.string() + ", pull again to resume")
+        << r.err;
+    EXPECT_EQ(fs::file_size(partial), 374864u);
+    EXPECT_EQ(count_lines(run_binary({"list"}).out), 1);
+  }
+  hub.release_stalls();
+  const BinaryResult r = run_binary({"pull", "hf.co/test/tinystories:Q8_0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("resumed a partial download at 374864 bytes"), std::string::npos) << r.err;
+  EXPECT_EQ(stored("hf.co/test/tinystories", "Q8_0"), shared_bytes(kQ8));
+}
+
+// A store the user cannot write to: one line naming the folder and what to
+// do, nothing half-made. Root ignores permission bits, so as root the pull
+// runs as the unprivileged user 65534.
+TEST_F(Pull, AStoreWithoutWritePermissionIsOneLine) {
+  const int as_user = ::geteuid() == 0 ? 65534 : -1;
+  fs::create_directories(home.path() / "models");
+  ASSERT_EQ(::chmod((home.path() / "models").c_str(), 0555), 0);
+  if (as_user >= 0) {
+    // The unprivileged user must be able to run the binary at all.
+    BackgroundPull probe({"--version"}, as_user);
+    const BinaryResult v = probe.wait();
+    if (v.exit_code != 0) {
+      ::chmod((home.path() / "models").c_str(), 0755);
+      GTEST_SKIP() << "running as root and cannot run m40-llm as uid 65534 (exit " << v.exit_code
+                   << "), so permission bits cannot be tested here";
+    }
+  }
+  BackgroundPull pull({"pull", "hf.co/test/tinystories:Q8_0"}, as_user);
+  const BinaryResult r = pull.wait();
+  ::chmod((home.path() / "models").c_str(), 0755);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "error: cannot create a folder in " + (home.path() / "models").string() +
+                       ": Permission denied; make the store writable or set M40_LLM_HOME to a folder you can write\n");
+  EXPECT_EQ(hub.requests_for(std::string("/test/tinystories/resolve/main/") + kQ8).size(), 0u);
   expect_nothing_stored();
 }
 
