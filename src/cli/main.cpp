@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli/commands.h"
 #include "common/error.h"
@@ -25,6 +26,29 @@ int main(int argc, char** argv) {
   m40::cli::register_rm_command(app);
   m40::cli::register_serve_command(app);
   m40::cli::register_ps_command(app);
+
+  // A usage error is one line that names the command and where to look,
+  // like every other error.
+  app.failure_message([](const CLI::App* top, const CLI::Error& e) {
+    std::string command = "m40-llm";
+    const auto chosen = top->get_subcommands();
+    if (!chosen.empty()) command += " " + chosen.front()->get_name();
+    std::string what = e.what();
+    for (auto& c : what) {
+      if (c == '\n') c = ' ';
+    }
+    while (!what.empty() && what.back() == ' ') what.pop_back();
+    return "error: " + what + "; see `" + command + " --help`\n";
+  });
+
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    const auto commands = app.get_subcommands([&](const CLI::App* c) { return c->check_name(word); });
+    if (commands.empty()) {
+      std::fprintf(stderr, "error: unknown command '%s'; see `m40-llm --help` for the commands\n", word.c_str());
+      return 1;
+    }
+  }
 
   try {
     app.parse(argc, argv);
