@@ -93,6 +93,11 @@ std::vector<std::vector<std::string>> running_models_table(const nlohmann::json&
     throw Error("the server's /api/ps answer has no \"models\" list: is it an m40-llm or Ollama server?");
   }
   std::vector<std::vector<std::string>> rows{{"NAME", "ID", "SIZE", "PROCESSOR", "UNTIL"}};
+  // m40-llm servers say which backend holds each model; Ollama's do not,
+  // and their table stays as Ollama prints it.
+  bool any_device = false;
+  for (const auto& entry : ps["models"]) any_device |= entry.is_object() && !get_text(entry, "device").empty();
+  if (any_device) rows[0].push_back("DEVICE");
   for (const auto& entry : ps["models"]) {
     if (!entry.is_object()) continue;
     std::string name = get_text(entry, "name");
@@ -102,6 +107,10 @@ std::vector<std::vector<std::string>> running_models_table(const nlohmann::json&
     const uint64_t size = get_size(entry, "size");
     rows.push_back({name, digest.empty() ? "-" : digest.substr(0, 12), store::human_size(size),
                     processor_text(size, get_size(entry, "size_vram")), until_text(get_text(entry, "expires_at"), now)});
+    if (any_device) {
+      const std::string device = get_text(entry, "device");
+      rows.back().push_back(device.empty() ? "-" : device);
+    }
   }
   return rows;
 }

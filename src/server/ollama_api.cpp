@@ -253,7 +253,16 @@ void register_ollama_routes(Server::State& s) {
                              {"model", ollama_name(m.name)},
                              {"size", m.size},
                              {"digest", ""},
-                             {"details", model_details(m.model->file)}};
+                             {"details", model_details(m.model->file)},
+                             {"device", m.backend->name()}};
+               // A store model's digest is its manifest's sha256 (a file
+               // outside the store has none).
+               for (const AvailableModel& a : available_models(s.models)) {
+                 if (a.path == m.path && !a.digest.empty()) {
+                   entry["digest"] = a.digest;
+                   break;
+                 }
+               }
                // A model in use expires keep_alive after its last request ends.
                std::optional<std::chrono::system_clock::time_point> expires = loaded->expires_at;
                if (loaded->users > 0) {
@@ -264,6 +273,7 @@ void register_ollama_routes(Server::State& s) {
                entry["expires_at"] = expires ? rfc3339(*expires) : "9999-12-31T23:59:59Z";  // never: keep_alive < 0
                entry["size_vram"] = m.backend->name() == "CPU" ? 0 : m.size;  // the CPU backend holds nothing in VRAM
                entry["context_length"] = m.scheduler->n_ctx();
+               entry["parallel"] = m.backend->n_seq_max();
                list.push_back(std::move(entry));
              }
              send_json(res, {{"models", list}});

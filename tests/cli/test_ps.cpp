@@ -54,11 +54,12 @@ TEST(PsCommand, ListsTheModelARunningServerHasLoaded) {
 
   const auto r = run_binary({"ps", "--port", std::to_string(serve.port())});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::regex header(R"(^NAME +ID +SIZE +PROCESSOR +UNTIL\n)");
+  const std::regex header(R"(^NAME +ID +SIZE +PROCESSOR +UNTIL +DEVICE\n)");
   EXPECT_TRUE(std::regex_search(r.out, header)) << r.out;
   EXPECT_NE(r.out.find("TinyStories-656K-Q8_0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("750 KB"), std::string::npos) << r.out;    // the file's 749,728 bytes
   EXPECT_NE(r.out.find("100% CPU"), std::string::npos) << r.out;  // --cpu
+  EXPECT_NE(r.out.find(" CPU\n"), std::string::npos) << r.out;      // DEVICE: the CPU backend
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
 
   // $M40_LLM_HOST finds it too, as `serve` reads it.
@@ -100,4 +101,12 @@ TEST(RunningModels, ProcessorAndUntilReadAsOllamaPrintsThem) {
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1], (std::vector<std::string>{"llama3:latest", "365c0bd3c000", "6.7 GB", "100% GPU", "4 minutes from now"}));
   EXPECT_THROW(running_models_table(nlohmann::json::parse(R"({"error": "x"})"), now), m40::Error);
+
+  // An m40-llm server adds the backend: a DEVICE column.
+  const auto ours = nlohmann::json::parse(R"({"models": [{"name": "tiny:q8_0", "size": 749728, "digest": "c773a9eb8883751131f30e0c1965c56b1102a4972fdac6a6f71fe156ba6d8cb7",
+      "size_vram": 749728, "expires_at": "9999-12-31T23:59:59Z", "device": "CUDA"}]})");
+  const auto our_rows = running_models_table(ours, now);
+  ASSERT_EQ(our_rows.size(), 2u);
+  EXPECT_EQ(our_rows[0].back(), "DEVICE");
+  EXPECT_EQ(our_rows[1], (std::vector<std::string>{"tiny:q8_0", "c773a9eb8883", "750 KB", "100% GPU", "Forever", "CUDA"}));
 }

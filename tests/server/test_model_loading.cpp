@@ -159,6 +159,10 @@ TEST_F(ModelLoadingTest, AStoreModelIsListedAndLoadedWhenARequestNamesIt) {
   ASSERT_EQ(ps["models"].size(), 1u);
   EXPECT_EQ(ps["models"][0]["name"], "tiny:q8_0");
   EXPECT_EQ(ps["models"][0]["size_vram"], 0);  // CPU backend
+  EXPECT_EQ(ps["models"][0]["device"], "CPU");
+  // The store's sha256, as /api/tags gives it, so `m40-llm ps` shows the ID `list` shows.
+  EXPECT_EQ(ps["models"][0]["digest"], tags["models"][0]["digest"]);
+  EXPECT_EQ(ps["models"][0]["digest"].get<std::string>().size(), 64u);
   EXPECT_EQ(ps["models"][0]["context_length"], 256);
   EXPECT_NE(ps["models"][0]["expires_at"], "9999-12-31T23:59:59Z");  // 5 minutes by default
   // The store's file answers the same as the file it came from.
