@@ -111,7 +111,9 @@ const char* residual_name(Residual mode) {
   return "?";
 }
 
-enum class Kernel { Matvec, Gemm, Matmul };
+// Parts: matvec_parts with the rows split into three parts (about 1/2, 1/4
+// and the rest), each with its own output array; checked without residual.
+enum class Kernel { Matvec, Gemm, Matmul, Parts };
 
 // Runs products on the GPU and compares them with the CPU twin.
 class Checker {
@@ -162,7 +164,14 @@ class Checker {
     dw.row_bytes = w.row_bytes;
     dw.data = d_w.get();
 
+    const int64_t part_rows[3] = {rows / 2, rows / 4, rows - rows / 2 - rows / 4};
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> d_parts;
+    if (kernel == Kernel::Parts) {
+      for (const int64_t r : part_rows) d_parts.push_back(std::make_unique<DeviceBuffer<float>>(r * n_tokens));
+    }
+
     for (const Residual mode : {Residual::None, Residual::Separate, Residual::IntoY}) {
+      if (kernel == Kernel::Parts && mode != Residual::None) continue;
       SCOPED_TRACE(residual_name(mode));
       const float* res = nullptr;
       if (mode == Residual::IntoY) {
@@ -181,10 +190,32 @@ class Checker {
         case Kernel::Matvec: matvec(dw, x_dev, n_tokens, d_y.get(), res, stream_); break;
         case Kernel::Gemm: gemm(dw, x_dev, n_tokens, d_y.get(), res, stream_); break;
         case Kernel::Matmul: matmul(dw, x_dev, n_tokens, d_y.get(), res, stream_); break;
+        case Kernel::Parts: {
+          OutputPart parts[3];
+          for (int i = 0; i < 3; ++i) {
+            M40_CUDA_CHECK(cudaMemset(d_parts[i]->get(), 0xff, d_parts[i]->bytes()));
+            parts[i] = {d_parts[i]->get(), part_rows[i]};
+          }
+          ASSERT_TRUE(matvec_parts(dw, x_dev, n_tokens, parts, 3, stream_));
+          break;
+        }
       }
       M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
       std::vector<float> y(product.size());
-      M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
+      if (kernel == Kernel::Parts) {  // y[t][r] from part i's [t][r - first row of i]
+        int64_t first = 0;
+        for (int i = 0; i < 3; ++i) {
+          std::vector<float> part(static_cast<size_t>(part_rows[i] * n_tokens));
+          M40_CUDA_CHECK(
+              cudaMemcpy(part.data(), d_parts[i]->get(), part.size() * sizeof(float), cudaMemcpyDeviceToHost));
+          for (int t = 0; t < n_tokens; ++t) {
+            for (int64_t r = 0; r < part_rows[i]; ++r) y[t * rows + first + r] = part[t * part_rows[i] + r];
+          }
+          first += part_rows[i];
+        }
+      } else {
+        M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
+      }
 
       constexpr double kUnitRoundoff = 1.0 / (1 << 24);
       const double sqrt_cols = std::sqrt(static_cast<double>(cols));
@@ -246,6 +277,15 @@ TEST_P(Matmul, MatvecMatchesCpu) {
   // A single row, and more rows than a block holds with a partial last block.
   expect_matches_cpu(random_weight(GetParam(), 1, 512, 5), 1, Kernel::Matvec);
   expect_matches_cpu(random_weight(GetParam(), 301, 512, 6), 8, Kernel::Matvec);
+}
+
+// Fused decode products (a layer's Q, K and V in one launch): each part's
+// output equals the CPU's product of its rows, at 1 to 8 tokens.
+TEST_P(Matmul, FusedPartsMatchCpu) {
+  for (const int64_t cols : test_cols(GetParam())) {
+    const HostWeight w = random_weight(GetParam(), 37, cols, 11);
+    for (const int n : {1, 3, 8}) expect_matches_cpu(w, n, Kernel::Parts);
+  }
 }
 
 TEST_P(Matmul, GemmMatchesCpu) {
@@ -356,6 +396,31 @@ TEST(MatmulArguments, BadWeightsAreClearErrors) {
   EXPECT_THROW(gemm(w, x, -1, y, nullptr, nullptr), Error);
   w.data = nullptr;
   EXPECT_THROW(matvec(w, x, 1, y, nullptr, nullptr), Error);
+}
+
+// matvec_parts refuses parts that do not add up to the weight, and declines
+// (false, no work) what the fused kernel cannot do, so the caller falls back.
+TEST(MatmulArguments, FusedPartsCheckTheirParts) {
+  float* y = reinterpret_cast<float*>(uintptr_t{512});
+  DeviceWeight w;
+  w.type = TensorType::Q4_K;
+  w.rows = 6;
+  w.cols = 256;
+  w.row_bytes = 144;
+  w.data = reinterpret_cast<const void*>(uintptr_t{1024});
+  const float* x = reinterpret_cast<const float*>(uintptr_t{256});
+  const OutputPart two[2] = {{y, 4}, {y, 2}};
+  const OutputPart short_parts[2] = {{y, 4}, {y, 1}};
+  const OutputPart four[4] = {{y, 2}, {y, 2}, {y, 1}, {y, 1}};
+  try {
+    matvec_parts(w, x, 1, short_parts, 2, nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the parts have 5 rows, the weight 6"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(matvec_parts(w, x, 1, four, 4, nullptr), Error);
+  EXPECT_FALSE(matvec_parts(w, x, kMaxFusedTokens + 1, two, 2, nullptr));
+  EXPECT_FALSE(matvec_parts(w, x + 1, 1, two, 2, nullptr));  // x off its 16-byte alignment
 }
 
 TEST(MatmulArguments, DedicatedKernelTypes) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 #include "backends/cuda/device.h"
 #include "backends/batch_check.h"
@@ -136,6 +137,26 @@ const float* CudaBackend::upload_vector(const model::WeightView& w) {
   return dst;
 }
 
+namespace {
+
+// Matrices uploaded one after the other, of one type and width, as one
+// matrix with their rows (for a fused decode product); rows 0 when they are
+// not back to back.
+DeviceWeight back_to_back(std::initializer_list<const DeviceWeight*> matrices) {
+  const DeviceWeight& first = **matrices.begin();
+  DeviceWeight fused = first;
+  const uint8_t* next = static_cast<const uint8_t*>(first.data) + first.rows * first.row_bytes;
+  for (auto it = matrices.begin() + 1; it != matrices.end(); ++it) {
+    const DeviceWeight& m = **it;
+    if (m.type != first.type || m.cols != first.cols || m.row_bytes != first.row_bytes || m.data != next) return {};
+    fused.rows += m.rows;
+    next += m.rows * m.row_bytes;
+  }
+  return fused;
+}
+
+}  // namespace
+
 void CudaBackend::upload_weights(const model::LlamaWeights& weights) {
   weights_arena_ = Arena(plan_.weights);
   Uploader up(copy_stream_);
@@ -154,6 +175,13 @@ void CudaBackend::upload_weights(const model::LlamaWeights& weights) {
     d.w_gate = upload_matrix(l.w_gate, up);
     d.w_up = upload_matrix(l.w_up, up);
     d.w_down = upload_matrix(l.w_down, up);
+    d.wqkv = back_to_back({&d.wq, &d.wk, &d.wv});
+    d.qkv_parts = 3;
+    if (d.wqkv.rows == 0) {
+      d.wqkv = back_to_back({&d.wq, &d.wk});
+      d.qkv_parts = 2;
+    }
+    d.w_gate_up = back_to_back({&d.w_gate, &d.w_up});
     layers_.push_back(d);
   }
   M40_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
@@ -176,17 +204,26 @@ void CudaBackend::enqueue_layers(int n, int max_positions) {
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOnDevice& w = layers_[l];
     rms_norm(x_, w.attn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
-    matmul(w.wq, xn_, n, q_, nullptr, stream_);
-    matmul(w.wk, xn_, n, k_, nullptr, stream_);
-    matmul(w.wv, xn_, n, v_, nullptr, stream_);
+    // Decode steps read x once for Q, K (and V) in one launch when the
+    // matrices allow it (matvec_parts), else one product each.
+    const OutputPart qkv[3] = {{q_, w.wq.rows}, {k_, w.wk.rows}, {v_, w.wv.rows}};
+    const bool fused_qkv = w.wqkv.rows > 0 && matvec_parts(w.wqkv, xn_, n, qkv, w.qkv_parts, stream_);
+    if (!fused_qkv) {
+      matmul(w.wq, xn_, n, q_, nullptr, stream_);
+      matmul(w.wk, xn_, n, k_, nullptr, stream_);
+    }
+    if (!fused_qkv || w.qkv_parts == 2) matmul(w.wv, xn_, n, v_, nullptr, stream_);
     rope(q_, n, static_cast<int>(hp.n_head), static_cast<int>(hp.q_dim()), positions_, rope_config, stream_);
     rope(k_, n, static_cast<int>(hp.n_head_kv), static_cast<int>(hp.kv_dim()), positions_, rope_config, stream_);
     kv_append(kv_layers_[l], k_, v_, seq_ids_, positions_, n, stream_);
     attention(kv_layers_[l], shape, q_, seq_ids_, positions_, n, max_positions, attn_, stream_);
     matmul(w.wo, attn_, n, x_, x_, stream_);  // residual add fused: x += Wo attn
     rms_norm(x_, w.ffn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
-    matmul(w.w_gate, xn_, n, gate_, nullptr, stream_);
-    matmul(w.w_up, xn_, n, up_, nullptr, stream_);
+    const OutputPart gate_up[2] = {{gate_, w.w_gate.rows}, {up_, w.w_up.rows}};
+    if (w.w_gate_up.rows == 0 || !matvec_parts(w.w_gate_up, xn_, n, gate_up, 2, stream_)) {
+      matmul(w.w_gate, xn_, n, gate_, nullptr, stream_);
+      matmul(w.w_up, xn_, n, up_, nullptr, stream_);
+    }
     silu_mul(gate_, up_, gate_, static_cast<int64_t>(n) * hp.n_ff, stream_);
     matmul(w.w_down, gate_, n, x_, x_, stream_);  // x += Wdown h
   }

@@ -50,6 +50,12 @@ class CudaBackend : public backend::Backend {
     DeviceWeight wq, wk, wv, wo;
     const float* ffn_norm;
     DeviceWeight w_gate, w_up, w_down;
+    // The same matrices read as one for fused decode products (rows 0 when
+    // they are not back to back in one type): Q, K and V (qkv_parts = 3), or
+    // Q and K (2) when V has another type; gate and up.
+    DeviceWeight wqkv;
+    int qkv_parts = 0;
+    DeviceWeight w_gate_up;
   };
 
   class Uploader;

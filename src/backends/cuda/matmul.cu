@@ -229,6 +229,35 @@ void matvec(const DeviceWeight& w, const float* x, int n_tokens, float* y, const
   }
 }
 
+static_assert(kMaxFusedTokens == mm::kMaxMatvecKernelTokens, "fused products are the matvec kernel's");
+
+bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const OutputPart* parts, int n_parts,
+                  cudaStream_t stream) {
+  if (n_parts < 1 || n_parts > kMaxOutputParts) {
+    throw Error("matvec_parts: " + std::to_string(n_parts) + " parts (1 to " + std::to_string(kMaxOutputParts) + ")");
+  }
+  int64_t total = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    if (parts[i].rows <= 0 || parts[i].y == nullptr) throw Error("matvec_parts: part " + std::to_string(i) + " is empty");
+    total += parts[i].rows;
+  }
+  if (total != w.rows) {
+    throw Error("matvec_parts: the parts have " + std::to_string(total) + " rows, the weight " + std::to_string(w.rows));
+  }
+  mm::Product p = checked_product("matvec_parts", w, x, n_tokens, parts[0].y, nullptr, stream);
+  if (p.rows == 0 || p.n_tokens == 0) return true;
+  if (n_tokens > kMaxFusedTokens || p.cols == 0 || !fast_path_fits(p)) return false;
+  p.parts.n = n_parts;
+  int end = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    end += static_cast<int>(parts[i].rows);
+    p.parts.end[i] = end;
+    p.parts.y[i] = parts[i].y;
+  }
+  mm::launch_matvec(p);
+  return true;
+}
+
 void gemm(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
           cudaStream_t stream) {
   const mm::Product p = checked_product("gemm", w, x, n_tokens, y, residual, stream);

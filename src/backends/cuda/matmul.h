@@ -30,6 +30,22 @@ void matvec(const DeviceWeight& w, const float* x, int n_tokens, float* y, const
 void gemm(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
           cudaStream_t stream);
 
+// A fused decode product: W's rows are the rows of up to kMaxOutputParts
+// matrices stored back to back (a layer's Q, K and V, or its gate and up),
+// all of one type and width; part i's results go to its own y_i
+// [n_tokens][rows_i]. One launch reads x once for all of them. Applies to
+// n_tokens <= kMaxFusedTokens on the layouts the decode kernel reads; returns
+// false (having done nothing) otherwise, and the caller runs one matmul per
+// part.
+struct OutputPart {
+  float* y = nullptr;
+  int64_t rows = 0;
+};
+inline constexpr int kMaxOutputParts = 3;
+inline constexpr int kMaxFusedTokens = 8;
+bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const OutputPart* parts, int n_parts,
+                  cudaStream_t stream);
+
 // Picks matvec for n_tokens <= kMaxMatvecTokens, else gemm.
 void matmul(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
             cudaStream_t stream);

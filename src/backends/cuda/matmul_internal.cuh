@@ -14,6 +14,15 @@
 
 namespace m40::cuda::mm {
 
+// Where the matvec kernel stores row r: with n == 0 in y (row stride rows);
+// otherwise in y[i] for the part i with end[i - 1] <= r < end[i] (end[-1] =
+// 0), at row r - end[i - 1] of a [n_tokens][end[i] - end[i - 1]] array.
+struct OutputParts {
+  int n = 0;
+  int end[3] = {0, 0, 0};
+  float* y[3] = {nullptr, nullptr, nullptr};
+};
+
 // One product, checked (matmul.cu): row r of W at w + r * row_bytes.
 struct Product {
   gguf::TensorType type = gguf::TensorType::F32;
@@ -25,6 +34,7 @@ struct Product {
   int n_tokens = 0;
   float* y = nullptr;               // [n_tokens][rows]
   const float* residual = nullptr;  // null, y, or another [n_tokens][rows]
+  OutputParts parts;                // the matvec kernel only; residual null then
   cudaStream_t stream = nullptr;
 };
 

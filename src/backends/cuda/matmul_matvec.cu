@@ -190,7 +190,7 @@ constexpr int units_per_round() {
 template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound>
 __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens, kRows))
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols,
-                  const float* __restrict__ x, int n_tokens, float* y, const float* residual) {
+                  const float* __restrict__ x, int n_tokens, float* y, const float* residual, OutputParts parts) {
   static_assert(kLanes <= 32 ? 32 % kLanes == 0 : kLanes % 32 == 0 && kMatvecThreads % kLanes == 0,
                 "groups tile the warp, or whole warps tile the group");
   static_assert(kLanes % Dec::kUnitsPerBlock == 0, "a lane keeps its unit within the block");
@@ -268,6 +268,15 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
     const int t = element / kRows;
     const int row = row0 + element % kRows;
     if (t < n_tokens && row < rows) {
+      if (parts.n > 0) {  // a fused product: the part that holds the row
+        float* dst = parts.y[0];
+        int first = 0, end = parts.end[0];
+        for (int i = 1; i < parts.n; ++i) {
+          if (row >= parts.end[i - 1]) dst = parts.y[i], first = parts.end[i - 1], end = parts.end[i];
+        }
+        dst[static_cast<size_t>(t) * static_cast<size_t>(end - first) + static_cast<size_t>(row - first)] = sum;
+        return;
+      }
       const size_t index = static_cast<size_t>(t) * static_cast<size_t>(rows) + static_cast<size_t>(row);
       y[index] = residual != nullptr ? residual[index] + sum : sum;
     }
@@ -306,7 +315,7 @@ void launch(const Product& p) {
   constexpr int kRowsPerBlock = kMatvecThreads / kLanes * kRows;
   const int blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
   matvec_kernel<Dec, kTokens, kRows, kLanes, units_per_round<Dec, kTokens>()><<<blocks, kMatvecThreads, 0, p.stream>>>(
-      p.w, p.row_bytes, p.rows, p.cols, p.x, p.n_tokens, p.y, p.residual);
+      p.w, p.row_bytes, p.rows, p.cols, p.x, p.n_tokens, p.y, p.residual, p.parts);
   M40_CUDA_CHECK_LAUNCH();
 }
 
@@ -346,6 +355,10 @@ void launch_for_tokens(const Product& p) {
     rest.x = p.x + static_cast<size_t>(4) * static_cast<size_t>(p.cols);
     rest.y = p.y + static_cast<size_t>(4) * static_cast<size_t>(p.rows);
     if (p.residual != nullptr) rest.residual = p.residual + static_cast<size_t>(4) * static_cast<size_t>(p.rows);
+    for (int i = 0; i < p.parts.n; ++i) {
+      const int part_rows = p.parts.end[i] - (i == 0 ? 0 : p.parts.end[i - 1]);
+      rest.parts.y[i] = p.parts.y[i] + static_cast<size_t>(4) * static_cast<size_t>(part_rows);
+    }
     launch<Dec, 4, kRows, kLanes>(first);
     return launch_for_tokens<Dec>(rest);
   } else {
