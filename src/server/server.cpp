@@ -334,7 +334,24 @@ void register_ops_routes(Server::State& s) {
              metric("m40_queue_depth", "gauge", "Requests waiting for a slot.", st.queue_depth);
              metric("m40_slots_busy", "gauge", "Slots generating or reading a prompt.", st.slots_busy);
              metric("m40_slots_total", "gauge", "Slots (requests served at the same time).", st.slots_total);
-             metric("m40_model_loaded", "gauge", "1 while a model is loaded.", s.models.resident() ? 1 : 0);
+             const auto resident = s.models.resident();
+             metric("m40_model_loaded", "gauge", "1 while a model is loaded.", resident ? 1 : 0);
+             // Generation speed over the interval since the previous scrape
+             // (0 at the first), as a gauge a dashboard can plot directly.
+             double tokens_per_second = 0;
+             {
+               const auto now = std::chrono::steady_clock::now();
+               std::lock_guard lock(s.metrics_mutex);
+               if (s.last_scrape && st.generated_tokens >= s.last_scrape->second) {
+                 const double seconds = std::chrono::duration<double>(now - s.last_scrape->first).count();
+                 if (seconds > 0) tokens_per_second = static_cast<double>(st.generated_tokens - s.last_scrape->second) / seconds;
+               }
+               s.last_scrape = {now, st.generated_tokens};
+             }
+             metric("m40_generated_tokens_per_second", "gauge",
+                    "Tokens generated per second since the previous scrape of /metrics.", tokens_per_second);
+             const int64_t kv_cells = resident ? int64_t{resident->model->scheduler->n_ctx()} * st.slots_total : 0;
+             metric("m40_kv_cache_cells", "gauge", "KV cache positions allocated (context x slots).", kv_cells);
              res.set_content(out.str(), "text/plain; version=0.0.4");
            }));
 

@@ -11,9 +11,11 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
@@ -42,6 +44,9 @@ struct Server::State {
   std::atomic<bool> stopping{false};
   std::atomic<bool> in_listen{false};  // inside listen(), which stop() must end
   std::atomic<uint64_t> http_requests{0};
+  // /metrics reports tokens per second between one scrape and the next.
+  std::mutex metrics_mutex;
+  std::optional<std::pair<std::chrono::steady_clock::time_point, uint64_t>> last_scrape;  // time, generated tokens
   int bound_port = -1;
   std::thread listen_thread;
 };

@@ -333,6 +333,20 @@ TEST_F(ServerTest, MetricsCountRequestsAndTokens) {
   EXPECT_NE(m->body.find("m40_generated_tokens_total 3\n"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("m40_slots_total 2\n"), std::string::npos);
   EXPECT_NE(m->body.find("m40_queue_depth 0\n"), std::string::npos);
+  EXPECT_NE(m->body.find("m40_kv_cache_cells 512\n"), std::string::npos) << m->body;  // 2 slots x 256
+  // Tokens per second cover the interval since the previous scrape: 0 at the
+  // first, positive after tokens were generated, 0 again when none were.
+  EXPECT_NE(m->body.find("m40_generated_tokens_per_second 0\n"), std::string::npos) << m->body;
+  ASSERT_TRUE(post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 3}, {"temperature", 0}}));
+  const auto rate = [&] {
+    auto body = client().Get("/metrics")->body;
+    const std::string key = "\nm40_generated_tokens_per_second ";
+    const size_t at = body.find(key);
+    EXPECT_NE(at, std::string::npos) << body;
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + key.size()));
+  };
+  EXPECT_GT(rate(), 0.0);
+  EXPECT_EQ(rate(), 0.0);
 }
 
 TEST_F(ServerTest, BadRequestsGetClearErrors) {
