@@ -155,6 +155,7 @@ void handle_generation(Server::State& s, const httplib::Request& req, httplib::R
     turns.push_back({{"role", "user"}, {"content", prompt}});
     params.prompt = chat_prompt(m, turns);
   }
+  if (get_bool(body, "truncate").value_or(false)) truncate_prompt(m, params);
 
   auto request = submit(m, std::move(params));
   const double load_seconds = lease->load_seconds();

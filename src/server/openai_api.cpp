@@ -142,6 +142,7 @@ void handle_completion(Server::State& s, const httplib::Request& req, httplib::R
   auto lease = s.models.acquire(model_ref, std::nullopt);
   ResidentModel& m = lease->model();
   params.prompt = chat ? chat_prompt(m, messages) : completion_prompt(m, body);
+  if (get_bool(body, "truncate").value_or(false)) truncate_prompt(m, params);
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_now();
   const std::string model = m.name;

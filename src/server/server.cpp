@@ -88,6 +88,22 @@ std::vector<std::string> get_stop(const json& j, const char* key) {
 
 // ---- generation ------------------------------------------------------------
 
+void truncate_prompt(const ResidentModel& m, engine::RequestParams& params) {
+  const int n_ctx = m.scheduler->n_ctx();
+  auto& prompt = params.prompt;
+  if (static_cast<int>(prompt.size()) < n_ctx || n_ctx < 4) return;
+  // Room to answer: the token limit when it is at most half the context,
+  // else half the context.
+  const int room = params.max_tokens > 0 ? std::min(params.max_tokens, n_ctx / 2) : n_ctx / 2;
+  const int keep = n_ctx - room;
+  const bool has_bos = prompt.front() == m.vocab->special().bos && m.vocab->special().bos != tokenizer::kNoToken;
+  std::vector<int32_t> kept;
+  kept.reserve(static_cast<size_t>(keep));
+  if (has_bos) kept.push_back(prompt.front());
+  kept.insert(kept.end(), prompt.end() - (keep - static_cast<int>(kept.size())), prompt.end());
+  prompt = std::move(kept);
+}
+
 std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params) {
   using R = engine::RequestRejected::Reason;
   try {

@@ -67,6 +67,10 @@ std::vector<std::string> get_stop(const json& j, const char* key);
 // ---- generation ------------------------------------------------------------
 
 // Queues a request; RequestRejected becomes HttpError (400 / 503).
+// For a request with "truncate": true: a prompt that does not fit the
+// context keeps its BOS and its last tokens, leaving room for the answer
+// (the token limit, at most half the context). Shorter prompts are unchanged.
+void truncate_prompt(const ResidentModel& m, engine::RequestParams& params);
 std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params);
 
 struct Completion {

@@ -386,6 +386,45 @@ TEST_F(ServerTest, BadRequestsGetClearErrors) {
   EXPECT_NE(too_long->body.find("context"), std::string::npos) << too_long->body;
 }
 
+// "truncate": true lets a prompt over the context through: it keeps its BOS
+// and its last tokens, leaving the token limit (at most half the context)
+// to answer in — the same answer as sending those tokens.
+TEST_F(ServerTest, APromptOverTheContextIsTruncatedWhenTheRequestAllowsIt) {
+  start(with(1));  // --ctx 256
+  std::string long_prompt;
+  for (int i = 0; i < 400; ++i) long_prompt += "once upon a time " + std::to_string(i) + " ";
+  auto r = post("/v1/completions", {{"prompt", long_prompt}, {"max_tokens", 8}, {"temperature", 0}, {"truncate", true}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json answer = json::parse(r->body);
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], 248);  // 256 - 8
+
+  auto tok = post("/tokenize", {{"content", long_prompt}, {"add_special", true}});
+  ASSERT_TRUE(tok);
+  const std::vector<int> all = json::parse(tok->body)["tokens"].get<std::vector<int>>();
+  ASSERT_GT(all.size(), 256u);
+  std::vector<int> kept{all.front()};  // BOS
+  kept.insert(kept.end(), all.end() - 247, all.end());
+  auto same = post("/v1/completions", {{"prompt", kept}, {"max_tokens", 8}, {"temperature", 0}});
+  ASSERT_TRUE(same);
+  ASSERT_EQ(same->status, 200) << same->body;
+  EXPECT_EQ(json::parse(same->body)["choices"][0]["text"], answer["choices"][0]["text"]);
+
+  // Ollama: the same field; without a token limit, half the context is left.
+  auto ollama = post("/api/generate", {{"prompt", long_prompt}, {"raw", true}, {"stream", false}, {"truncate", true},
+                                       {"options", {{"temperature", 0}, {"num_predict", 4}}}});
+  ASSERT_TRUE(ollama);
+  ASSERT_EQ(ollama->status, 200) << ollama->body;
+  EXPECT_EQ(json::parse(ollama->body)["prompt_eval_count"], 252);
+  auto unlimited = post("/api/generate", {{"prompt", long_prompt}, {"raw", true}, {"stream", false}, {"truncate", true},
+                                          {"options", {{"temperature", 0}, {"num_predict", 1}}}});
+  ASSERT_TRUE(unlimited);
+  EXPECT_EQ(json::parse(unlimited->body)["prompt_eval_count"], 255);
+  auto refused = post("/api/generate", {{"prompt", long_prompt}, {"raw", true}, {"stream", false}});
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+}
+
 TEST_F(ServerTest, HugeBodyIsRefusedWithoutHarm) {
   start(with(2));
   const std::string huge = "{\"prompt\": \"" + std::string(10u << 20, 'a') + "\"}";
