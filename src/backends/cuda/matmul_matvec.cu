@@ -269,11 +269,11 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
     const int row = row0 + element % kRows;
     if (t < n_tokens && row < rows) {
       if (parts.n > 0) {  // a fused product: the part that holds the row
+        // (Constant indices: a loop over the parts put them on the stack.)
         float* dst = parts.y[0];
         int first = 0, end = parts.end[0];
-        for (int i = 1; i < parts.n; ++i) {
-          if (row >= parts.end[i - 1]) dst = parts.y[i], first = parts.end[i - 1], end = parts.end[i];
-        }
+        if (parts.n > 1 && row >= parts.end[0]) dst = parts.y[1], first = parts.end[0], end = parts.end[1];
+        if (parts.n > 2 && row >= parts.end[1]) dst = parts.y[2], first = parts.end[1], end = parts.end[2];
         dst[static_cast<size_t>(t) * static_cast<size_t>(end - first) + static_cast<size_t>(row - first)] = sum;
         return;
       }
