@@ -62,6 +62,10 @@ if [ -z "$bin_dir" ]; then
   elif [ -x /usr/local/cuda/bin/nvcc ]; then
     cuda_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
   fi
+  # CUDA 11.8's nvcc leaves the header dependencies of .cu files empty here,
+  # so an incremental build would keep objects compiled against old headers:
+  # recompile them (ccache makes unchanged ones cheap).
+  if [ "$arch" = 52 ]; then find "$build_dir" -name '*.cu.o' -delete 2>/dev/null || true; fi
   m40_log "gpu-run: building for sm_$arch in $build_dir"
   if ! { cmake -S "$M40_ROOT" -B "$build_dir" "${common_args[@]}" -DCMAKE_BUILD_TYPE=Release -DM40_CUDA=ON \
       "${cuda_args[@]}" -DM40_BUILD_TESTS=ON -DM40_BUILD_BENCH=ON &&

@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Instructions per weight of the matvec kernels, from their SASS.
+
+    cuobjdump -sass build-sm52/src/backends/cuda/CMakeFiles/m40_cuda.dir/matmul_matvec.cu.o > sass.txt
+    python3 scripts/sass-per-weight.py sass.txt
+
+For each matvec_kernel<Decoder, tokens, rows, lanes, units per round> it takes
+the longest loop (a backward branch and its target: the loop over a row's
+units), counts its instructions (NOPs aside) and divides by the weights one
+trip covers (units per round x rows x values per unit). docs/cuda-kernels.md
+("Instructions per weight") quotes the output for CUDA 11.8's sm_52 code.
+"""
+import re, subprocess, sys
+from collections import Counter
+txt = open(sys.argv[1]).read()
+funcs = re.split(r'\n\s*Function : ', txt)
+for f in funcs[1:]:
+    name = f.split('\n')[0].strip()
+    dem = subprocess.run(['c++filt', name], capture_output=True, text=True).stdout.strip()
+    m = re.search(r'matvec_kernel<m40::cuda::mm::(\w+(?:<[^>]*>)?), (\d+), (\d+), (\d+), (\d+)>', dem)
+    if not m: continue
+    dec, T, R, L, U = m.groups()
+    ins = []
+    for line in f.split('\n'):
+        mm = re.search(r'/\*([0-9a-f]{4,5})\*/\s*\{?\s*(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;}]*)[;}]', line)
+        if mm: ins.append((int(mm.group(1), 16), mm.group(3), mm.group(4)))
+    loops = []
+    for addr, op, args in ins:
+        if op.startswith('BRA'):
+            t = re.search(r'0x([0-9a-f]+)', args)
+            if t and int(t.group(1), 16) < addr: loops.append((int(t.group(1), 16), addr))
+    if not loops: continue
+    lo, hi = max(loops, key=lambda l: l[1] - l[0])
+    body = [op for a, op, _ in ins if lo <= a <= hi and op not in ('NOP',)]
+    unit = 8 if dec in ('DecodeF16', 'DecodeBF16', 'DecodeF32') else 16
+    weights = int(U) * int(R) * unit
+    c = Counter(o.split('.')[0] for o in body)
+    print(f"{dec:10s} T={T} rows={R} units/round={U}: {len(body)} instr per trip, {weights} weights -> {len(body)/weights:.2f} per weight; "
+          + ', '.join(f'{k} {v}' for k, v in c.most_common(8)))
