@@ -203,6 +203,7 @@ void Scheduler::loop() {
     if (std::none_of(slots.begin(), slots.end(), [](const auto& s) { return s != nullptr; })) {
       std::lock_guard lock(mutex_);
       stats_.slots_busy = 0;  // the last slots were cancelled: no step will count them
+      stats_.kv_cells_used = 0;
       continue;
     }
     try {
@@ -223,6 +224,10 @@ void Scheduler::loop() {
     }
     std::lock_guard lock(mutex_);
     stats_.slots_busy = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const auto& s) { return s != nullptr; }));
+    stats_.kv_cells_used = 0;
+    for (const auto& s : slots) {
+      if (s) stats_.kv_cells_used += s->pos;
+    }
   }
   // Shutting down: end everything still running or waiting.
   const StreamEvent bye = StreamEvent::failed("the server is shutting down");
@@ -234,6 +239,7 @@ void Scheduler::loop() {
   queue_.clear();
   stats_.queue_depth = 0;
   stats_.slots_busy = 0;
+  stats_.kv_cells_used = 0;
 }
 
 void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {

@@ -110,6 +110,7 @@ struct SchedulerStats {
   int queue_depth = 0;
   int slots_busy = 0;
   int slots_total = 0;
+  int64_t kv_cells_used = 0;  // KV positions the running requests hold (after the last step)
 };
 
 class Scheduler {

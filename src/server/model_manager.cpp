@@ -242,6 +242,7 @@ engine::SchedulerStats ModelManager::stats() const {
     st.queue_depth = now.queue_depth;
     st.slots_busy = now.slots_busy;
     st.slots_total = now.slots_total;
+    st.kv_cells_used = now.kv_cells_used;
   }
   return st;
 }

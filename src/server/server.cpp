@@ -368,6 +368,8 @@ void register_ops_routes(Server::State& s) {
                     "Tokens generated per second since the previous scrape of /metrics.", tokens_per_second);
              const int64_t kv_cells = resident ? int64_t{resident->model->scheduler->n_ctx()} * st.slots_total : 0;
              metric("m40_kv_cache_cells", "gauge", "KV cache positions allocated (context x slots).", kv_cells);
+             metric("m40_kv_cache_cells_used", "gauge", "KV cache positions the running requests hold.",
+                    resident ? st.kv_cells_used : 0);
              res.set_content(out.str(), "text/plain; version=0.0.4");
            }));
 

@@ -564,6 +564,32 @@ TEST_F(ServerTest, ClientThatDisconnectsFreesItsSlot) {
   EXPECT_NE(metrics->body.find("m40_requests_cancelled_total 1\n"), std::string::npos) << metrics->body;
 }
 
+// The KV positions running requests hold: more than the prompt while one
+// runs, 0 once it has finished.
+TEST_F(ServerTest, MetricsShowKvCacheUse) {
+  start(with(2));
+  pacing_->delay_ms = 20;  // each step takes 20 ms: the request runs about a second
+  const auto cells_used = [&] {
+    const std::string body = client().Get("/metrics")->body;
+    const std::string key = "\nm40_kv_cache_cells_used ";
+    const size_t at = body.find(key);
+    EXPECT_NE(at, std::string::npos) << body;
+    return at == std::string::npos ? -1L : std::stol(body.substr(at + key.size()));
+  };
+  EXPECT_EQ(cells_used(), 0);
+  std::thread request([&] { post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 48}, {"temperature", 0}}); });
+  long seen = 0;
+  for (int i = 0; i < 200 && seen <= 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    seen = std::max(seen, cells_used());
+  }
+  request.join();
+  EXPECT_GT(seen, 4) << "the prompt alone is 5 positions";
+  EXPECT_LE(seen, 5 + 48);
+  pacing_->delay_ms = 0;
+  EXPECT_EQ(cells_used(), 0);
+}
+
 TEST_F(ServerTest, QueueFullAnswers503) {
   start(with(1, 1));
   pacing_->gate_open = false;  // the engine stops at its first step
