@@ -49,8 +49,8 @@ TEST(PsCommand, ListsTheModelARunningServerHasLoaded) {
   const auto model = m40::test::shared_model("TinyStories-656K-Q8_0.gguf");
   if (!fs::exists(model)) GTEST_SKIP() << "shared models missing";
   m40::test::ServeProcess serve({model.string(), "--cpu", "--ctx", "128", "--threads", "1"});
-  ASSERT_NE(serve.port(), 0) << serve.log();
-  ASSERT_TRUE(wait_healthy(serve.port())) << serve.log();
+  ASSERT_NE(serve.port(), 0) << serve.stderr_text();
+  ASSERT_TRUE(wait_healthy(serve.port())) << serve.stderr_text();
 
   const auto r = run_binary({"ps", "--port", std::to_string(serve.port())});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -2,16 +2,13 @@
 // answering, then stopping cleanly on SIGTERM; and its start-up errors.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <regex>
+#include <fstream>
 #include <thread>
 
 #include "binary_runner.h"
@@ -19,56 +16,12 @@
 
 using namespace m40;
 
-namespace {
-
-// Waits (bounded) for the process to exit; kills it if it does not.
-int wait_exit(pid_t pid, std::chrono::milliseconds limit) {
-  int status = 0;
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, &status, 0);
-  return -1;
-}
-
-}  // namespace
-
 TEST(ServeCommand, ServesOnAFreePortAndStopsOnSigterm) {
   const auto model = test::shared_model("TinyStories-656K-Q8_0.gguf");
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "shared models not found";
-  const auto err_path = std::filesystem::path(::testing::TempDir()) / ("m40_serve_" + std::to_string(::getpid()) + ".err");
-  std::vector<std::string> storage{test::binary_path(), "serve", model.string(), "--port", "0", "--cpu",
-                                   "--parallel", "2", "--ctx", "128", "--threads", "2"};
-  std::vector<char*> argv;
-  for (auto& s : storage) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, storage[0].c_str(), &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-
-  // The port is in the first line on stderr.
-  int port = 0;
-  const std::regex listening(R"(listening on http://127\.0\.0\.1:(\d+))");
-  for (int i = 0; i < 500 && port == 0; ++i) {
-    std::smatch m;
-    const std::string err = test::read_text_file(err_path);
-    if (std::regex_search(err, m, listening)) port = std::stoi(m[1]);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (port == 0) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    FAIL() << "no port announced: " << test::read_text_file(err_path);
-  }
-  httplib::Client client("127.0.0.1", port);
+  test::ServeProcess serve({model.string(), "--cpu", "--parallel", "2", "--ctx", "128", "--threads", "2"});
+  ASSERT_TRUE(serve.running()) << "no port announced: " << serve.stderr_text();
+  httplib::Client client("127.0.0.1", serve.port());
   client.set_connection_timeout(5);
   client.set_read_timeout(30);
   bool healthy = false;
@@ -83,10 +36,7 @@ TEST(ServeCommand, ServesOnAFreePortAndStopsOnSigterm) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(nlohmann::json::parse(r->body)["usage"]["completion_tokens"], 5);
-
-  ::kill(pid, SIGTERM);
-  EXPECT_EQ(wait_exit(pid, std::chrono::seconds(15)), 0) << test::read_text_file(err_path);
-  std::filesystem::remove(err_path);
+  EXPECT_EQ(serve.stop(), 0) << serve.stderr_text();  // SIGTERM: a clean exit
 }
 
 TEST(ServeCommand, AFileThatIsNoModelIsAnErrorNotAHang) {

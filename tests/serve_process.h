@@ -1,4 +1,5 @@
-// `m40-llm serve` as a child process on a free loopback port: started with
+// `m40-llm serve` as a child process on a free loopback port (for the server
+// and client-command tests): started with
 // arguments, its port read from the first line it prints, stopped with
 // SIGTERM (killed when it does not stop in time).
 #pragma once
