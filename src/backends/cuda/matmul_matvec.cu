@@ -66,6 +66,13 @@ __device__ __forceinline__ void reduce_lanes(float* v, int sub) {
   }
 }
 
+// x[0..7] (16-byte aligned) through the read-only path.
+__device__ __forceinline__ void load_x8(const float* __restrict__ x, float (&xv)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(x));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(x) + 1);
+  xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+}
+
 // acc[split][t * kRows + r] += dot(values 8 * piece .. + 7 of the unit in
 // row r, x[t] at the same columns). With kSplit > 1 the eight products go to
 // kSplit independent sums, so that a lane has several FMA chains in flight
@@ -79,10 +86,8 @@ __device__ __forceinline__ void accumulate_piece(const typename Dec::Raw* raw, i
   for (int r = 0; r < kRows; ++r) Dec::template decode<piece>(raw[r], unit, w[r]);
 #pragma unroll
   for (int t = 0; t < kTokens; ++t) {
-    const float4* xp = reinterpret_cast<const float4*>(x + min(t, last_token) * cols + col + 8 * piece);
-    const float4 a = __ldg(xp);
-    const float4 b = __ldg(xp + 1);
-    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float xv[8];
+    load_x8(x + min(t, last_token) * cols + col + 8 * piece, xv);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -130,10 +135,8 @@ __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw
     }
 #pragma unroll
     for (int t = 0; t < kTokens; ++t) {
-      const float4* xp = reinterpret_cast<const float4*>(x + min(t, last_token) * cols + col + 8 * piece);
-      const float4 a = __ldg(xp);
-      const float4 b = __ldg(xp + 1);
-      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      float xv[8];
+      load_x8(x + min(t, last_token) * cols + col + 8 * piece, xv);
       if constexpr (Dec::kFractionQuants) {
         x_sum[t] += ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
       }
