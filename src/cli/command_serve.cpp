@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/memory_size.h"
 #include "server/server.h"
 
 namespace m40::cli {
@@ -21,6 +22,7 @@ namespace {
 struct ServeOptions {
   std::string model;
   std::string keep_alive;
+  std::string vram;
   server::ServerOptions server;
   bool host_given = false;
   bool port_given = false;
@@ -28,6 +30,7 @@ struct ServeOptions {
 
 int run_serve(ServeOptions o) {
   auto& so = o.server;
+  if (!o.vram.empty()) so.vram_budget = parse_memory_size(o.vram);
   // $M40_LLM_HOST=host:port, overridden by --host / --port.
   if (const char* env = std::getenv("M40_LLM_HOST"); env != nullptr && *env != '\0') {
     std::string host = so.host;
@@ -108,6 +111,8 @@ void register_serve_command(CLI::App& app) {
                   "How long an idle model stays loaded: 5m, 1h, 30s, 0 (unload at once), -1 (forever); "
                   "$M40_LLM_KEEP_ALIVE also works; default 5m");
   cmd->add_flag("--cpu", so.force_cpu, "Use the CPU backend even when a GPU is present");
+  cmd->add_option("--gpu", so.gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
+  cmd->add_option("--vram", opts->vram, "Cap the GPU memory a model may use, e.g. 24G to plan as on a Tesla M40");
   cmd->add_flag("--verbose", so.log_requests, "Log each request on stderr");
   cmd->callback([opts, host, port] {
     opts->host_given = host->count() > 0;

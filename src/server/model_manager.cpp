@@ -149,6 +149,8 @@ std::shared_ptr<ResidentModel> ModelManager::load(const ModelTarget& target) con
   bo.n_seq = options_.parallel;
   bo.threads = options_.threads;
   bo.force_cpu = options_.force_cpu;
+  bo.gpu = options_.gpu;
+  bo.vram_budget = options_.vram_budget;
   m->backend = engine::make_backend(*m->model, bo);
   if (options_.wrap_backend) m->backend = options_.wrap_backend(std::move(m->backend));
   m->scheduler = std::make_unique<engine::Scheduler>(

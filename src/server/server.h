@@ -27,6 +27,8 @@ struct ServerOptions {
   int n_ctx = 0;             // context per slot; 0: the model's, at most 4096
   unsigned threads = 0;      // CPU backend threads; 0: every core
   bool force_cpu = false;
+  int gpu = -1;              // GPU index; -1: $M40_LLM_DEVICE, else 0
+  uint64_t vram_budget = 0;  // bytes of GPU memory a model may plan for; 0: the GPU's free memory
   std::string api_key;       // non-empty: every route but /health needs "Authorization: Bearer KEY"
   int max_queue = 16;        // requests waiting for a slot; more get 503
   int prefill_chunk = 256;   // prompt tokens per engine step

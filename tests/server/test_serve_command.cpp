@@ -88,3 +88,9 @@ TEST(ServeCommand, ABadKeepAliveIsAnError) {
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.err.find("keep_alive 'soon'"), std::string::npos) << result.err;
 }
+
+TEST(ServeCommand, ABadVramSizeIsAnError) {
+  const auto result = test::run_binary({"serve", "--vram", "lots", "--port", "0"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("memory size 'lots'"), std::string::npos) << result.err;
+}
