@@ -14,8 +14,7 @@ are those of the .mjs, so the two scripts' results compare.
 
 Options: --binary build/m40-llm, --tokens 128 (per request), --requests 2
 (per client), --threads N, --prefill-chunk N, --long-prompt 2000,
---levels 1,8,32 (clients per run), --gpu N (the started server's GPU, through
-$M40_LLM_DEVICE: `serve` has no --gpu).
+--levels 1,8,32 (clients per run), --gpu N (the started server's GPU).
 """
 import argparse
 import codecs
@@ -77,9 +76,9 @@ class Server:
             args += ['--threads', str(o.threads)]
         if o.prefill_chunk:
             args += ['--prefill-chunk', str(o.prefill_chunk)]
-        env = dict(os.environ)
         if o.gpu is not None:
-            env['M40_LLM_DEVICE'] = str(o.gpu)  # `serve` has no --gpu; it reads the variable
+            args += ['--gpu', str(o.gpu)]
+        env = dict(os.environ)
         try:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, env=env)
