@@ -67,7 +67,9 @@ class Server:
     whole run (not only until ready): a full pipe would stall the server."""
 
     def __init__(self, o):
-        max_clients = max(o.levels)
+        # Slots for the largest level, and for the 8 streams plus the long
+        # prompt of the last experiment (else that prompt waits in the queue).
+        max_clients = max(max(o.levels), 8 + 1)
         args = [o.binary, 'serve', o.model, '--port', '0', '--parallel', str(max_clients),
                 '--queue', str(max_clients), '--ctx', str(o.long_prompt + o.tokens + 64)]
         if o.cpu:
