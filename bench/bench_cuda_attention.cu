@@ -172,6 +172,42 @@ int main(int argc, char** argv) {
     }
   }
 
+  // A server step: 7 sequences decoding one token each (position 300) beside
+  // a prompt chunk of another sequence that ends at position 1999, as one call
+  // (the batch as the scheduler builds it) and as two (the decode tokens
+  // through the decode kernel, the chunk through the prefill kernel).
+  std::printf("\n## mixed step: 7 decode tokens + a prompt chunk ending at 1999, %d KV heads\n\n", n_head);
+  std::printf("| chunk | one call, us | decode call + chunk call, us | chunk alone, us |\n");
+  std::printf("| ---: | ---: | ---: | ---: |\n");
+  for (const int chunk : {64, 256}) {
+    const int n_decode = 7;
+    const int n_tokens = n_decode + chunk;
+    std::vector<int32_t> h_seq(static_cast<size_t>(n_tokens)), h_pos(static_cast<size_t>(n_tokens));
+    for (int t = 0; t < n_decode; ++t) h_seq[static_cast<size_t>(t)] = t + 1, h_pos[static_cast<size_t>(t)] = 300;
+    for (int t = 0; t < chunk; ++t) {
+      h_seq[static_cast<size_t>(n_decode + t)] = 0;
+      h_pos[static_cast<size_t>(n_decode + t)] = 2000 - chunk + t;
+    }
+    M40_CUDA_CHECK(cudaMemcpy(seq_ids, h_seq.data(), h_seq.size() * 4, cudaMemcpyHostToDevice));
+    M40_CUDA_CHECK(cudaMemcpy(positions, h_pos.data(), h_pos.size() * 4, cudaMemcpyHostToDevice));
+    const KvLayer layer{k, v, n_ctx, n_head * head_dim};
+    const AttentionShape shape{n_head, n_head, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+    const int q_dim = n_head * head_dim;
+    const double one_ms = time_ms(std::max(1, iterations / 5), [&] {
+      m40::cuda::attention(layer, shape, q, seq_ids, positions, n_tokens, n_ctx, out, nullptr);
+    });
+    const double two_ms = time_ms(std::max(1, iterations / 5), [&] {
+      m40::cuda::attention(layer, shape, q, seq_ids, positions, n_decode, n_ctx, out, nullptr);
+      m40::cuda::attention(layer, shape, q + n_decode * q_dim, seq_ids + n_decode, positions + n_decode, chunk,
+                           n_ctx, out + n_decode * q_dim, nullptr);
+    });
+    const double chunk_ms = time_ms(std::max(1, iterations / 5), [&] {
+      m40::cuda::attention(layer, shape, q + n_decode * q_dim, seq_ids + n_decode, positions + n_decode, chunk,
+                           n_ctx, out + n_decode * q_dim, nullptr);
+    });
+    std::printf("| %d | %.1f | %.1f | %.1f |\n", chunk, one_ms * 1e3, two_ms * 1e3, chunk_ms * 1e3);
+  }
+
   M40_CUDA_CHECK(cudaFree(k));
   M40_CUDA_CHECK(cudaFree(v));
   M40_CUDA_CHECK(cudaFree(q));

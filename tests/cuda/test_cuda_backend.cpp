@@ -145,6 +145,49 @@ TEST_P(CudaVsCpu, SeveralSequencesInOneDecodeBatch) {
   }
 }
 
+// A server step: sequences decoding one token each, first, then another
+// sequence's prompt chunk (the decode tokens' attention runs as its own call;
+// 3 + 40 and 3 + 100 tokens take the chunked decode-tile and the prefill
+// products on a large GPU).
+TEST_P(CudaVsCpu, DecodeTokensBesideAPromptChunk) {
+  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
+  const int n_seq = 4;
+  auto cpu = cpu_backend(160, n_seq);
+  auto gpu = gpu_backend(160, n_seq);
+  const auto ids = prompt(150);
+  backend::Batch batch;
+  const int lengths[3] = {6, 11, 3};
+  for (int s = 0; s < 3; ++s) {
+    for (int i = 0; i < lengths[s]; ++i) batch.add(ids[s * 20 + i], i, s, false);
+  }
+  std::vector<float> unused;
+  cpu->forward(batch, unused);
+  gpu->forward(batch, unused);
+  int chunk_start = 0;
+  for (const int chunk : {40, 100}) {
+    batch.clear();
+    for (int s = 0; s < 3; ++s) batch.add(ids[s * 20 + lengths[s] + chunk_start], lengths[s] + chunk_start, s, true);
+    for (int i = 0; i < chunk; ++i) batch.add(ids[(chunk_start + i) % 150], chunk_start + i, 3, i + 1 == chunk);
+    const size_t rows = batch.logits_count();
+    std::vector<float> lc(rows * n_vocab), lg(rows * n_vocab, NAN);
+    cpu->forward(batch, lc);
+    gpu->forward(batch, lg);
+    for (size_t r = 0; r < rows; ++r) {
+      EXPECT_LE(max_abs_diff(lc.data() + r * n_vocab, lg.data() + r * n_vocab, n_vocab), kTolerance)
+          << "chunk of " << chunk << ", row " << r;
+    }
+    // The decode sequences advanced by one position; keep them consecutive.
+    chunk_start += chunk;
+    for (int s = 0; s < 3; ++s) {
+      batch.clear();
+      for (int i = 1; i < chunk; ++i) batch.add(ids[(s * 20 + lengths[s] + chunk_start - chunk + i) % 150],
+                                                lengths[s] + chunk_start - chunk + i, s, false);
+      cpu->forward(batch, unused);
+      gpu->forward(batch, unused);
+    }
+  }
+}
+
 TEST_P(CudaVsCpu, PromptsLongerThanOneChunk) {
   const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
   const auto ids = prompt(45);

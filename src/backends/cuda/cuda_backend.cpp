@@ -187,7 +187,7 @@ void CudaBackend::upload_weights(const model::LlamaWeights& weights) {
   M40_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
 }
 
-void CudaBackend::enqueue_layers(int n, int max_positions) {
+void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max_single_positions) {
   const auto& hp = hparams_;
   RopeConfig rope_config;
   rope_config.head_dim = static_cast<int>(hp.head_dim());
@@ -216,7 +216,16 @@ void CudaBackend::enqueue_layers(int n, int max_positions) {
     rope(q_, n, static_cast<int>(hp.n_head), static_cast<int>(hp.q_dim()), positions_, rope_config, stream_);
     rope(k_, n, static_cast<int>(hp.n_head_kv), static_cast<int>(hp.kv_dim()), positions_, rope_config, stream_);
     kv_append(kv_layers_[l], k_, v_, seq_ids_, positions_, n, stream_);
-    attention(kv_layers_[l], shape, q_, seq_ids_, positions_, n, max_positions, attn_, stream_);
+    if (n_single > 0 && n_single < n) {
+      // A mixed batch: the prefill kernel would take each decode token as a
+      // segment of its own (2x the attention time on an H200, bench_cuda_attention).
+      const int64_t q_dim = hp.q_dim();
+      attention(kv_layers_[l], shape, q_, seq_ids_, positions_, n_single, max_single_positions, attn_, stream_);
+      attention(kv_layers_[l], shape, q_ + n_single * q_dim, seq_ids_ + n_single, positions_ + n_single, n - n_single,
+                max_positions, attn_ + n_single * q_dim, stream_);
+    } else {
+      attention(kv_layers_[l], shape, q_, seq_ids_, positions_, n, max_positions, attn_, stream_);
+    }
     matmul(w.wo, attn_, n, x_, x_, stream_);  // residual add fused: x += Wo attn
     rms_norm(x_, w.ffn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
     const OutputPart gate_up[2] = {{gate_, w.w_gate.rows}, {up_, w.w_up.rows}};
@@ -287,7 +296,17 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
     return;
   }
 
-  enqueue_layers(n, max_positions);
+  // Leading tokens that are their sequence's only one in the chunk (the
+  // scheduler puts decode tokens first).
+  int n_single = 0, max_single_positions = 0;
+  for (; n_single < n; ++n_single) {
+    const int32_t seq = batch.seq_ids[begin + n_single];
+    const bool alone = std::count(batch.seq_ids.begin() + static_cast<std::ptrdiff_t>(begin),
+                                  batch.seq_ids.begin() + static_cast<std::ptrdiff_t>(end), seq) == 1;
+    if (!alone) break;
+    max_single_positions = std::max(max_single_positions, batch.positions[begin + n_single] + 1);
+  }
+  enqueue_layers(n, max_positions, n_single, max_single_positions);
   // The output head runs on the rows that want logits, gathered in groups
   // of at most max_logit_rows_.
   std::vector<int> wanted;

@@ -64,7 +64,10 @@ class CudaBackend : public backend::Backend {
   const float* upload_vector(const model::WeightView& w);
   // Enqueues the layers for the n tokens already in the device id buffers,
   // leaving the hidden states in x_.
-  void enqueue_layers(int n, int max_positions);
+  // The first n_single tokens are each their sequence's only token in the
+  // step (decode tokens of a mixed batch): their attention runs as its own
+  // decode-kernel call, sized by max_single_positions (0: no split).
+  void enqueue_layers(int n, int max_positions, int n_single = 0, int max_single_positions = 0);
   // Final norm and output head for n_out consecutive hidden-state rows.
   void enqueue_output(const float* rows, int n_out);
   void run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* logits_out, size_t& logits_written);
