@@ -27,13 +27,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/attention_variants.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/layer_kernels.h"
+#include "backends/cuda/stream_scratch.h"
 #include "backends/cuda/warp_reduce.cuh"
 #include "common/error.h"
 
@@ -689,59 +689,6 @@ int multiprocessor_count() {
   return count;
 }
 
-// Split scratch comes from the device's stream-ordered memory pool, so that
-// concurrent streams never share it and CUDA graphs can capture it (as
-// allocation nodes). Outside a capture, the first call raises the default
-// pool's release threshold to 64 MiB, so that the scratch stays cached
-// between steps instead of going back to the driver at every
-// synchronization. It is called on every decode launch, so the engine's
-// first (uncaptured) prefill does it. Devices without memory pools do not
-// split.
-bool scratch_pool_ready(cudaStream_t stream) {
-  static std::mutex mutex;
-  static std::vector<int> state;  // per device: 0 unknown, 1 ready, 2 unsupported
-  int device = 0;
-  M40_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mutex);
-  if (state.size() <= static_cast<size_t>(device)) state.resize(static_cast<size_t>(device) + 1, 0);
-  int& s = state[static_cast<size_t>(device)];
-  if (s == 0) {
-    int supported = 0;
-    M40_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
-    if (supported == 0) {
-      s = 2;
-    } else {
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      M40_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-      if (capture != cudaStreamCaptureStatusNone) return true;  // configure the pool later
-      cudaMemPool_t pool = nullptr;
-      M40_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-      uint64_t threshold = 0;
-      M40_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-      uint64_t wanted = uint64_t{64} << 20;
-      if (threshold < wanted) M40_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &wanted));
-      s = 1;
-    }
-  }
-  return s == 1;
-}
-
-class StreamScratch {
- public:
-  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    M40_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
-  }
-  ~StreamScratch() {
-    if (ptr_ != nullptr) cudaFreeAsync(ptr_, stream_);
-  }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  float* floats() const { return static_cast<float*>(ptr_); }
-
- private:
-  void* ptr_ = nullptr;
-  cudaStream_t stream_;
-};
 
 template <int C, int HB>
 void launch_decode(const DecodeArgs& a, int n_tokens, cudaStream_t stream) {

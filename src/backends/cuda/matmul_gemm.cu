@@ -15,9 +15,11 @@
 //
 // Rows and tokens past the edges are clamped for loading and not stored.
 #include <algorithm>
+#include <atomic>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/matmul_internal.cuh"
+#include "backends/cuda/stream_scratch.h"
 
 namespace m40::cuda::mm {
 
@@ -111,7 +113,7 @@ struct Floats<4> {
 template <class Dec, class Shape>
 __global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : kGenericDecoder<Dec> ? 3 : 4)
     gemm_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
-                int n_tokens, float* y, const float* residual) {
+                int n_tokens, float* y, const float* residual, float* partial) {
   constexpr int kTileRows = Shape::kTileRows;
   constexpr int kTileTokens = Shape::kTileTokens;
   constexpr int kTileK = Shape::kTileK;
@@ -148,14 +150,25 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : 
     for (int j = 0; j < kTokensPerThread; ++j) acc[i][j] = 0.0f;
   }
 
+  // Split K (gridDim.z > 1): this block adds up steps [first_step,
+  // end_step) of K and writes its partial sums; splitk_reduce_kernel adds
+  // the parts.
+  const int all_steps = cols / kTileK;
+  const int split = static_cast<int>(blockIdx.z);
+  const int splits = static_cast<int>(gridDim.z);
+  const int first_step = all_steps * split / splits;
+  const int end_step = all_steps * (split + 1) / splits;
+
   Loader loader;
   float4 xv[kXPerThread / 4];
-  loader.fetch(w_row, unit_in_step);
+  loader.fetch(w_row, first_step * kUnitsPerStep + unit_in_step);
 #pragma unroll
-  for (int i = 0; i < kXPerThread / 4; ++i) xv[i] = __ldg(reinterpret_cast<const float4*>(x_row) + i);
+  for (int i = 0; i < kXPerThread / 4; ++i) {
+    xv[i] = __ldg(reinterpret_cast<const float4*>(x_row + first_step * kTileK) + i);
+  }
 
-  const int steps = cols / kTileK;
-  for (int step = 0; step < steps; ++step) {
+  const int steps = end_step;
+  for (int step = first_step; step < steps; ++step) {
     loader.stash(step * kUnitsPerStep + unit_in_step, &w_tile[16 * load_part][load_row], kTileRows);
 #pragma unroll
     for (int i = 0; i < kXPerThread / 4; ++i) {
@@ -200,19 +213,76 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : 
       const int token = token_base + kTokensPerThread * tx + j;
       if (row < rows && token < n_tokens) {
         const size_t index = static_cast<size_t>(token) * static_cast<size_t>(rows) + static_cast<size_t>(row);
-        y[index] = residual != nullptr ? residual[index] + acc[i][j] : acc[i][j];
+        if (partial != nullptr) {
+          partial[static_cast<size_t>(split) * static_cast<size_t>(n_tokens) * static_cast<size_t>(rows) + index] =
+              acc[i][j];
+        } else {
+          y[index] = residual != nullptr ? residual[index] + acc[i][j] : acc[i][j];
+        }
       }
     }
   }
 }
 
+// y = residual + the splits' partial sums, added in split order (the same
+// result every run).
+__global__ void splitk_reduce_kernel(const float* __restrict__ partial, int splits, size_t count, float* y,
+                                     const float* residual) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float sum = partial[i];
+    for (int s = 1; s < splits; ++s) sum += partial[static_cast<size_t>(s) * count + i];
+    y[i] = residual != nullptr ? residual[i] + sum : sum;
+  }
+}
+
+int multiprocessors() {
+  static std::atomic<int> known[64];  // per device, 0: not asked yet
+  int device = 0;
+  M40_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= 64) return 1;
+  if (known[device] == 0) {
+    int sms = 0;
+    M40_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    known[device] = std::max(1, sms);
+  }
+  return known[device];
+}
+
+// splits: parts of K, each its own blocks (1: no split).
 template <class Dec, class Shape>
-void launch_shape(const Product& p) {
+void launch_shape(const Product& p, int splits = 1) {
   const dim3 grid((p.rows + Shape::kTileRows - 1) / Shape::kTileRows,
-                  (p.n_tokens + Shape::kTileTokens - 1) / Shape::kTileTokens);
-  gemm_kernel<Dec, Shape><<<grid, Shape::kThreads, 0, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x,
-                                                                  p.n_tokens, p.y, p.residual);
+                  (p.n_tokens + Shape::kTileTokens - 1) / Shape::kTileTokens, splits);
+  if (splits == 1) {
+    gemm_kernel<Dec, Shape><<<grid, Shape::kThreads, 0, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x,
+                                                                    p.n_tokens, p.y, p.residual, nullptr);
+    M40_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const size_t count = static_cast<size_t>(p.n_tokens) * static_cast<size_t>(p.rows);
+  StreamScratch scratch(static_cast<size_t>(splits) * count * sizeof(float), p.stream);
+  gemm_kernel<Dec, Shape><<<grid, Shape::kThreads, 0, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x, p.n_tokens,
+                                                                  p.y, p.residual, scratch.floats());
   M40_CUDA_CHECK_LAUNCH();
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<size_t>((count + threads - 1) / threads, 4096));
+  splitk_reduce_kernel<<<blocks, threads, 0, p.stream>>>(scratch.floats(), splits, count, p.y, p.residual);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+// K splits for a decode-tile product: enough blocks for two per SM (a
+// 4096-row matrix makes 128 tiles of 32 rows: an M40's 24 SMs are full, an
+// H200's 132 are not), at most 8 and at least 4 K steps each; none where the
+// device has no stream-ordered pool for the partial sums.
+template <class Shape>
+int decode_splits(const Product& p) {
+  const int tiles = (p.rows + Shape::kTileRows - 1) / Shape::kTileRows *
+                    ((p.n_tokens + Shape::kTileTokens - 1) / Shape::kTileTokens);
+  const int wanted = (2 * multiprocessors() + tiles - 1) / tiles;
+  const int splits = std::min({wanted, 8, p.cols / Shape::kTileK / 4});
+  if (splits <= 1 || !scratch_pool_ready(p.stream)) return 1;
+  return splits;
 }
 
 }  // namespace
@@ -226,9 +296,11 @@ void launch_gemm_decode(const Product& p) {
     using Dec = typename decltype(tag)::type;
     const bool wide_steps = p.cols % Decode32Shape::kTileK == 0;
     if (p.n_tokens <= Decode16Shape::kTileTokens) {
-      wide_steps ? launch_shape<Dec, Decode16Shape>(p) : launch_shape<Dec, Decode16NarrowShape>(p);
+      wide_steps ? launch_shape<Dec, Decode16Shape>(p, decode_splits<Decode16Shape>(p))
+                 : launch_shape<Dec, Decode16NarrowShape>(p, decode_splits<Decode16NarrowShape>(p));
     } else {
-      wide_steps ? launch_shape<Dec, Decode32Shape>(p) : launch_shape<Dec, Decode32NarrowShape>(p);
+      wide_steps ? launch_shape<Dec, Decode32Shape>(p, decode_splits<Decode32Shape>(p))
+                 : launch_shape<Dec, Decode32NarrowShape>(p, decode_splits<Decode32NarrowShape>(p));
     }
   });
 }
