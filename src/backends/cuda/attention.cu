@@ -32,6 +32,7 @@
 
 #include "backends/cuda/attention_variants.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device.h"
 #include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/stream_scratch.h"
 #include "backends/cuda/warp_reduce.cuh"
@@ -681,14 +682,6 @@ int next_pow2(int v) {
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-int multiprocessor_count() {
-  int device = 0;
-  M40_CUDA_CHECK(cudaGetDevice(&device));
-  int count = 0;
-  M40_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 
 template <int C, int HB>
 void launch_decode(const DecodeArgs& a, int n_tokens, cudaStream_t stream) {
@@ -750,7 +743,7 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
     splits = std::min({forced_splits, detail::kMaxSplits, max_positions});
     per_split = ceil_div(max_positions, splits);
   } else {
-    const int wanted = ceil_div(int64_t{8} * multiprocessor_count(), blocks_per_part);
+    const int wanted = ceil_div(int64_t{8} * current_multiprocessor_count(), blocks_per_part);
     const int granules = ceil_div(max_positions, kSplitGranule);
     splits = std::max(1, std::min({wanted, granules, detail::kMaxSplits}));
     per_split = ceil_div(ceil_div(max_positions, splits), kSplitGranule) * kSplitGranule;

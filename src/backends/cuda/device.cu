@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
@@ -86,6 +88,19 @@ std::vector<DeviceInfo> list_devices() {
 void select_device(int index) {
   require_device(index);
   M40_CUDA_CHECK(cudaSetDevice(index));
+}
+
+int current_multiprocessor_count() {
+  static std::atomic<int> known[64];  // per device; 0: not asked yet
+  int device = 0;
+  M40_CUDA_CHECK(cudaGetDevice(&device));
+  int count = device >= 0 && device < 64 ? known[device].load() : 0;
+  if (count == 0) {
+    M40_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    count = std::max(1, count);
+    if (device >= 0 && device < 64) known[device] = count;
+  }
+  return count;
 }
 
 }  // namespace m40::cuda

@@ -40,4 +40,8 @@ DeviceInfo device_info(int index);
 // for an index that does not exist.
 void select_device(int index);
 
+// The multiprocessor count of the calling thread's current device, asked
+// once per device (kernel launchers size their grids by it on every call).
+int current_multiprocessor_count();
+
 }  // namespace m40::cuda

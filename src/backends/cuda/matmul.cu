@@ -5,11 +5,11 @@
 #include "backends/cuda/matmul.h"
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device.h"
 #include "backends/cuda/matmul_internal.cuh"
 #include "common/error.h"
 #include "quant/block_types.h"
@@ -276,18 +276,7 @@ namespace {
 // runs 2-3x faster as chunks of 32 through the decode tiles, each reading the
 // weights (bench_cuda_matmul, "kernel choice"). An M40 (24 SMs) keeps the
 // prefill tiles, which do more FMAs per load.
-bool many_sms() {
-  static std::atomic<int> known[64];  // per device: 0 unknown, 1 no, 2 yes
-  int device = 0;
-  M40_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= 64) return false;
-  if (known[device] == 0) {
-    int sms = 0;
-    M40_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    known[device] = sms >= 64 ? 2 : 1;
-  }
-  return known[device] == 2;
-}
+bool many_sms() { return current_multiprocessor_count() >= 64; }
 
 constexpr int kMaxChunkedDecodeTokens = 96;
 

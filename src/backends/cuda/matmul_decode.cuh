@@ -65,14 +65,6 @@ __device__ __forceinline__ float magic_byte(uint32_t word) {
   return __uint_as_float(__byte_perm(word, 0x4Bu, 0x4550u | k));
 }
 
-// The four bytes of `word` minus `bias` each, in order: w[0..3].
-__device__ __forceinline__ void bytes_to_floats(uint32_t word, float bias, float scale, float* w) {
-  w[0] = scale * (magic_byte<0>(word) - bias);
-  w[1] = scale * (magic_byte<1>(word) - bias);
-  w[2] = scale * (magic_byte<2>(word) - bias);
-  w[3] = scale * (magic_byte<3>(word) - bias);
-}
-
 // The four bytes of `word` minus `bias` each, as exact small integers in
 // floats (bias includes the 2^23 of the trick): the quants of the factored
 // decoders below.
@@ -81,6 +73,12 @@ __device__ __forceinline__ void bytes_to_ints(uint32_t word, float bias, float* 
   q[1] = magic_byte<1>(word) - bias;
   q[2] = magic_byte<2>(word) - bias;
   q[3] = magic_byte<3>(word) - bias;
+}
+
+// scale * (byte - bias) for the four bytes of `word`, in order: w[0..3].
+__device__ __forceinline__ void bytes_to_floats(uint32_t word, float bias, float scale, float* w) {
+  bytes_to_ints(word, bias, w);
+  w[0] *= scale, w[1] *= scale, w[2] *= scale, w[3] *= scale;
 }
 
 // 1 + byte / 128 for the four bytes of `word` (each below 128), in order:
@@ -254,15 +252,16 @@ struct DecodeQ8_0 {
     return {load_16_align2(block + offsetof(Block, qs) + 16 * unit), widen_half(load_2(block))};
   }
   template <int piece>
-  __device__ static void decode(const Raw& raw, int, float* w) {
-    // q + 128 as an unsigned byte, so the float trick applies; bias 2^23 + 128.
-    bytes_to_floats(word_of<2 * piece>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, raw.d, w);
-    bytes_to_floats(word_of<2 * piece + 1>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, raw.d, w + 4);
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    quants<piece>(raw, unit, w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] *= raw.d;
   }
   static constexpr bool kFactored = true;
   static constexpr bool kFractionQuants = false;
   template <int piece>
   __device__ static void quants(const Raw& raw, int, float* q) {
+    // q + 128 as an unsigned byte, so the float trick applies; bias 2^23 + 128.
     bytes_to_ints(word_of<2 * piece>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, q);
     bytes_to_ints(word_of<2 * piece + 1>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, q + 4);
   }
@@ -311,10 +310,9 @@ struct DecodeIQ4_NL {
   }
   template <int piece>
   __device__ static void decode(const Raw& raw, int unit, float* w) {
-    const bool high = (unit & 1) != 0;
-    bytes_to_floats(iq4_levels_biased(nibbles(word_of<2 * piece>(raw.qs), high)), kTwo23 + 128.0f, raw.d, w);
-    bytes_to_floats(iq4_levels_biased(nibbles(word_of<2 * piece + 1>(raw.qs), high)), kTwo23 + 128.0f, raw.d,
-                    w + 4);
+    quants<piece>(raw, unit, w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] *= raw.d;
   }
   static constexpr bool kFactored = true;
   static constexpr bool kFractionQuants = false;  // levels are signed bytes
@@ -345,9 +343,8 @@ struct DecodeQ4_K {
   template <int piece>
   __device__ static void decode(const Raw& raw, int unit, float* w) {
     const int s = unit >> 1;
-    const quant::ScaleMin sm = k_scale_min(raw.header, s);
-    const float scale = widen_half(raw.header.x) * static_cast<float>(sm.scale);
-    const float offset = widen_half(raw.header.x >> 16) * static_cast<float>(sm.min);
+    const float2 scale_offset = k_unit_scale(raw.header, s);
+    const float scale = scale_offset.x, offset = scale_offset.y;
     const bool high = (s & 1) != 0;
     bytes_to_floats_offset(nibbles(word_of<2 * piece>(raw.qs), high), scale, offset, w);
     bytes_to_floats_offset(nibbles(word_of<2 * piece + 1>(raw.qs), high), scale, offset, w + 4);
@@ -389,9 +386,8 @@ struct DecodeQ5_K {
   template <int piece>
   __device__ static void decode(const Raw& raw, int unit, float* w) {
     const int s = unit >> 1;
-    const quant::ScaleMin sm = k_scale_min(raw.header, s);
-    const float scale = widen_half(raw.header.x) * static_cast<float>(sm.scale);
-    const float offset = widen_half(raw.header.x >> 16) * static_cast<float>(sm.min);
+    const float2 scale_offset = k_unit_scale(raw.header, s);
+    const float scale = scale_offset.x, offset = scale_offset.y;
     bytes_to_floats_offset(quant_bytes<piece>(raw, s, 0), scale, offset, w);
     bytes_to_floats_offset(quant_bytes<piece>(raw, s, 1), scale, offset, w + 4);
   }

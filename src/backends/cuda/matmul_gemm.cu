@@ -15,9 +15,9 @@
 //
 // Rows and tokens past the edges are clamped for loading and not stored.
 #include <algorithm>
-#include <atomic>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device.h"
 #include "backends/cuda/matmul_internal.cuh"
 #include "backends/cuda/stream_scratch.h"
 
@@ -236,19 +236,6 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partial, int spli
   }
 }
 
-int multiprocessors() {
-  static std::atomic<int> known[64];  // per device, 0: not asked yet
-  int device = 0;
-  M40_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= 64) return 1;
-  if (known[device] == 0) {
-    int sms = 0;
-    M40_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    known[device] = std::max(1, sms);
-  }
-  return known[device];
-}
-
 // splits: parts of K, each its own blocks (1: no split).
 template <class Dec, class Shape>
 void launch_shape(const Product& p, int splits = 1) {
@@ -279,7 +266,7 @@ template <class Shape>
 int decode_splits(const Product& p) {
   const int tiles = (p.rows + Shape::kTileRows - 1) / Shape::kTileRows *
                     ((p.n_tokens + Shape::kTileTokens - 1) / Shape::kTileTokens);
-  const int wanted = (2 * multiprocessors() + tiles - 1) / tiles;
+  const int wanted = (2 * current_multiprocessor_count() + tiles - 1) / tiles;
   const int splits = std::min({wanted, 8, p.cols / Shape::kTileK / 4});
   if (splits <= 1 || !scratch_pool_ready(p.stream)) return 1;
   return splits;
