@@ -12,14 +12,15 @@
 // total is at least twice the L2 cache, so W comes from DRAM as it does in a
 // real forward pass. Prints markdown tables; a third one times the kernels
 // behind each batch size (matvec kernel, decode-tile gemm, prefill-tile gemm)
-// through the internal launchers. `--profile` runs one batch-1 product each of
-// F16, Q8_0 and Q4_K and nothing else, for ncu; `--quick` only the decode
+// through the internal launchers. `--profile [N]` runs one product of N tokens
+// (default 1) each of F16, Q8_0 and Q4_K at 11008x4096 and nothing else, for ncu; `--quick` only the decode
 // table of F16, Q8_0, Q4_K and Q4_0.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -280,14 +281,14 @@ struct Shape {
 
 }  // namespace
 
-// --profile: one product each of F16, Q8_0 and Q4_K (11008 x 4096, batch 1)
+// --profile N: one product each of F16, Q8_0 and Q4_K (11008 x 4096, N tokens)
 // and nothing else, for a profiler (ncu --kernel-name regex:matvec).
-int profile_only() {
+int profile_only(int n_tokens) {
   cudaStream_t stream;
   M40_CUDA_CHECK(cudaStreamCreate(&stream));
   for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K}) {
-    const Buffers buf(type, 11008, 4096, 1, 0);
-    m40::cuda::matvec(buf.copy(0), buf.x(0), 1, buf.y(0), nullptr, stream);
+    const Buffers buf(type, 11008, 4096, n_tokens, 0);
+    m40::cuda::matvec(buf.copy(0), buf.x(0), n_tokens, buf.y(0), nullptr, stream);
   }
   M40_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaStreamDestroy(stream);
@@ -296,9 +297,11 @@ int profile_only() {
 
 int main(int argc, char** argv) {
   try {
-    if (argc > 1 && std::string(argv[1]) == "--profile") return profile_only();
+    if (argc > 1 && std::string(argv[1]) == "--profile") return profile_only(argc > 2 ? std::atoi(argv[2]) : 1);
     // --quick: the decode table of the types and batches the floors are about.
     const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+    // --choice: only the kernel-choice table (for tuning the small-batch tiles).
+    const bool choice_only = argc > 1 && std::string(argv[1]) == "--choice";
     int device = 0;
     M40_CUDA_CHECK(cudaGetDevice(&device));
     cudaDeviceProp prop{};
@@ -322,6 +325,7 @@ int main(int argc, char** argv) {
     const std::vector<int> batches = {1, 8, 32};
     if (quick) matvec_types.resize(4);  // F16, Q8_0, Q4_K, Q4_0
 
+    if (!choice_only) {
     std::printf("### matvec (decode): achieved GB/s and %% of copy bandwidth\n\n");
     std::printf("| rows x cols | type | batch | us | GB/s | %% of copy | read-only kernel, same bytes: us, %% of copy |\n");
     std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
@@ -347,6 +351,7 @@ int main(int argc, char** argv) {
       }
     }
 
+    }
     if (quick) return 0;
 
     // Which kernel suits which batch: the matvec kernel (up to 8 tokens), the
@@ -370,7 +375,7 @@ int main(int argc, char** argv) {
           p.stream = stream;
           return p;
         };
-        for (const int n : {4, 8, 16, 32}) {
+        for (const int n : {4, 8, 12, 16, 24, 32}) {
           std::string matvec_us = "-";
           if (n <= m40::cuda::mm::kMaxMatvecKernelTokens) {
             const double ms = time_ms(stream, buf.copies, 15, [&](int i) { m40::cuda::mm::launch_matvec(product(i, n)); });
@@ -386,6 +391,7 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (choice_only) return 0;
 
     std::printf("\n### gemm (prefill, 512 tokens): GFLOP/s and %% of FMA peak\n\n");
     std::printf("| rows x cols | type | tokens | ms | GFLOP/s | %% of FMA peak |\n");

@@ -10,11 +10,14 @@
 // broadcast within the warp) and of 2 or 4 tokens feed 8 to 32 FMAs. The next
 // step's global loads are issued before the current step's math, so they
 // overlap it. Shapes (TileShape below): prefill 128 rows x 64 tokens with an
-// 8 x 4 register tile; decode 32 rows x 16 or 32 tokens, so that one token
-// tile covers the batch and every weight is read once.
+// 8 x 4 register tile; decode 128 rows x 16 or 32 tokens with 4 x 4 or 8 x 4
+// register tiles and K steps of 16, so that one token tile covers the batch
+// and every weight is read once, with K split over several blocks where the
+// row tiles alone do not fill the GPU.
 //
 // Rows and tokens past the edges are clamped for loading and not stored.
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
@@ -42,7 +45,8 @@ struct TileShape {
   static constexpr int kXPerThread = kTileTokens * kTileK / kThreads;
   static_assert(kTileRows * kTileK / 16 == kThreads, "each thread decodes 16 weights a step");
   static_assert(kRowGroups * kTokenGroups == kThreads, "the register tiles cover the block tile");
-  static_assert(kThreads % kTileTokens == 0 && kXPerThread % 4 == 0, "x loads are whole float4s");
+  static_assert(kThreads % kTileTokens == 0 && (kXPerThread % 4 == 0 || kXPerThread == 2),
+                "x loads are whole float4s (or one float2)");
   static_assert(kTokensPerThread == 1 || kTokensPerThread == 2 || kTokensPerThread == 4,
                 "x fragments are a float, float2 or float4");
 };
@@ -50,13 +54,14 @@ struct TileShape {
 // Prefill: 128 rows x 64 tokens, 8 x 4 per thread.
 using PrefillShape = TileShape<128, 64, 32, 256, 2, 4>;
 // Decode batches of 9..16 and 17..32 tokens: one token tile covers the batch
-// (every weight is read once); 32-row tiles keep enough blocks in flight
-// (128 for a 4096-row matrix), at the price of K steps of 64 columns.
-using Decode16Shape = TileShape<32, 16, 64, 128, 1, 1>;
-using Decode32Shape = TileShape<32, 32, 64, 128, 1, 2>;
-// For rows of an odd number of 32 columns (K steps of 64 would not fit).
-using Decode16NarrowShape = TileShape<64, 16, 32, 128, 1, 2>;
-using Decode32NarrowShape = TileShape<64, 32, 32, 128, 1, 4>;
+// (every weight is read once). A thread's 4 x 4 or 8 x 4 register tile takes
+// two or three shared loads per 16 or 32 FMAs; the 32-row tiles with 4 x 1
+// and 4 x 2 that came before were bound by those loads (ncu: L1/shared pipe
+// 92% busy) and took 1.3-1.65x longer on an H200 (bench_cuda_matmul
+// --choice, docs/cuda-kernels.md). K steps of 16 keep one step's tiles
+// small; the split over K (decode_splits) supplies the blocks.
+using Decode16Shape = TileShape<128, 16, 16, 128, 1, 4>;
+using Decode32Shape = TileShape<128, 32, 16, 128, 2, 4>;
 
 template <class Dec>
 struct WeightLoader {
@@ -160,31 +165,35 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : 
   const int end_step = all_steps * (split + 1) / splits;
 
   Loader loader;
-  float4 xv[kXPerThread / 4];
+  // x arrives in float4s (a float2 when a thread loads only two values).
+  using XVec = std::conditional_t<kXPerThread == 2, float2, float4>;
+  constexpr int kXVecs = kXPerThread == 2 ? 1 : kXPerThread / 4;
+  constexpr int kXWidth = kXPerThread == 2 ? 2 : 4;
+  XVec xv[kXVecs];
   loader.fetch(w_row, first_step * kUnitsPerStep + unit_in_step);
 #pragma unroll
-  for (int i = 0; i < kXPerThread / 4; ++i) {
-    xv[i] = __ldg(reinterpret_cast<const float4*>(x_row + first_step * kTileK) + i);
-  }
+  for (int i = 0; i < kXVecs; ++i) xv[i] = __ldg(reinterpret_cast<const XVec*>(x_row + first_step * kTileK) + i);
 
   const int steps = end_step;
   for (int step = first_step; step < steps; ++step) {
     loader.stash(step * kUnitsPerStep + unit_in_step, &w_tile[16 * load_part][load_row], kTileRows);
 #pragma unroll
-    for (int i = 0; i < kXPerThread / 4; ++i) {
-      float* xt = &x_tile[kXPerThread * x_part + 4 * i][load_token];
+    for (int i = 0; i < kXVecs; ++i) {
+      float* xt = &x_tile[kXPerThread * x_part + kXWidth * i][load_token];
       xt[0 * kTileTokens] = xv[i].x;
       xt[1 * kTileTokens] = xv[i].y;
-      xt[2 * kTileTokens] = xv[i].z;
-      xt[3 * kTileTokens] = xv[i].w;
+      if constexpr (kXWidth == 4) {
+        xt[2 * kTileTokens] = xv[i].z;
+        xt[3 * kTileTokens] = xv[i].w;
+      }
     }
     __syncthreads();
 
     if (step + 1 < steps) {
       loader.fetch(w_row, (step + 1) * kUnitsPerStep + unit_in_step);
-      const float4* xp = reinterpret_cast<const float4*>(x_row + (step + 1) * kTileK);
+      const XVec* xp = reinterpret_cast<const XVec*>(x_row + (step + 1) * kTileK);
 #pragma unroll
-      for (int i = 0; i < kXPerThread / 4; ++i) xv[i] = __ldg(xp + i);
+      for (int i = 0; i < kXVecs; ++i) xv[i] = __ldg(xp + i);
     }
 
 #pragma unroll
@@ -258,16 +267,17 @@ void launch_shape(const Product& p, int splits = 1) {
   M40_CUDA_CHECK_LAUNCH();
 }
 
-// K splits for a decode-tile product: enough blocks for two per SM (a
-// 4096-row matrix makes 128 tiles of 32 rows: an M40's 24 SMs are full, an
-// H200's 132 are not), at most 8 and at least 4 K steps each; none where the
-// device has no stream-ordered pool for the partial sums.
+// K splits for a decode-tile product: enough blocks for four per SM (a
+// 4096-row matrix makes 32 tiles of 128 rows: an M40's 24 SMs get three
+// splits, an H200's 132 sixteen), at most 16 and at least 4 K steps each;
+// none where the device has no stream-ordered pool for the partial sums.
+// (Two blocks per SM and at most 8 splits measured 3-8% slower on an H200.)
 template <class Shape>
 int decode_splits(const Product& p) {
   const int tiles = (p.rows + Shape::kTileRows - 1) / Shape::kTileRows *
                     ((p.n_tokens + Shape::kTileTokens - 1) / Shape::kTileTokens);
-  const int wanted = (2 * current_multiprocessor_count() + tiles - 1) / tiles;
-  const int splits = std::min({wanted, 8, p.cols / Shape::kTileK / 4});
+  const int wanted = (4 * current_multiprocessor_count() + tiles - 1) / tiles;
+  const int splits = std::min({wanted, 16, p.cols / Shape::kTileK / 4});
   if (splits <= 1 || !scratch_pool_ready(p.stream)) return 1;
   return splits;
 }
@@ -281,13 +291,10 @@ void launch_gemm(const Product& p) {
 void launch_gemm_decode(const Product& p) {
   visit_decoder(p.type, [&](auto tag) {
     using Dec = typename decltype(tag)::type;
-    const bool wide_steps = p.cols % Decode32Shape::kTileK == 0;
     if (p.n_tokens <= Decode16Shape::kTileTokens) {
-      wide_steps ? launch_shape<Dec, Decode16Shape>(p, decode_splits<Decode16Shape>(p))
-                 : launch_shape<Dec, Decode16NarrowShape>(p, decode_splits<Decode16NarrowShape>(p));
+      launch_shape<Dec, Decode16Shape>(p, decode_splits<Decode16Shape>(p));
     } else {
-      wide_steps ? launch_shape<Dec, Decode32Shape>(p, decode_splits<Decode32Shape>(p))
-                 : launch_shape<Dec, Decode32NarrowShape>(p, decode_splits<Decode32NarrowShape>(p));
+      launch_shape<Dec, Decode32Shape>(p, decode_splits<Decode32Shape>(p));
     }
   });
 }
