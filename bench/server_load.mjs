@@ -4,13 +4,14 @@
 // aggregate generated tokens/s, time to first token (TTFT) and inter-token
 // latency (ITL) p50/p99; then one 2,000-token prompt arrives while 8 streams
 // run, and their ITL p99 before vs during that prompt shows what chunked
-// prefill (--prefill-chunk) buys.
+// prefill (--prefill-chunk) and its pacing (--prefill-slowdown) buy.
 //
 //   node bench/server_load.mjs --model ../shared/models/TinyStories-656K-Q8_0.gguf [--cpu]
 //   node bench/server_load.mjs --url http://127.0.0.1:11434 --model-name NAME   # a running server
 //
 // Options: --binary build/m40-llm, --tokens 128 (per request), --requests 2
-// (per client), --threads N, --prefill-chunk N, --long-prompt 2000.
+// (per client), --threads N, --prefill-chunk N, --prefill-slowdown FACTOR,
+// --long-prompt 2000.
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -26,7 +27,7 @@ function parseArgs(argv) {
     const value = argv[++i];
     if (value === undefined) throw new Error(`--${key} needs a value`);
     const camel = key.replace(/-([a-z])/g, (_, c) => c.toUpperCase());
-    o[camel] = ['tokens', 'requests', 'longPrompt', 'threads', 'prefillChunk'].includes(camel) ? Number(value) : value;
+    o[camel] = ['tokens', 'requests', 'longPrompt', 'threads', 'prefillChunk', 'prefillSlowdown'].includes(camel) ? Number(value) : value;
   }
   if (!o.url && !o.model) throw new Error('give --model FILE (a server is started) or --url URL');
   return o;
@@ -39,6 +40,7 @@ function startServer(o) {
   if (o.cpu) args.push('--cpu');
   if (o.threads) args.push('--threads', String(o.threads));
   if (o.prefillChunk) args.push('--prefill-chunk', String(o.prefillChunk));
+  if (o.prefillSlowdown !== undefined) args.push('--prefill-slowdown', String(o.prefillSlowdown));
   const child = spawn(o.binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   return new Promise((resolve, reject) => {
@@ -121,7 +123,9 @@ async function concurrencyLevel(url, model, clients, o) {
 
 // 8 streams run; once each has produced tokens for a while, one long prompt
 // arrives. Gaps between tokens are split by when they end: before the long
-// prompt was sent, or between its sending and its answer.
+// prompt was sent, between its sending and its answer, or in the 0.5 s after
+// the answer (the streams alone again, but with the longer contexts they
+// reached meanwhile: their steps cost more than before, prompt or not).
 async function longPromptDuringStreams(url, model, o) {
   const ids = await (await fetch(`${url}/tokenize`, {
     method: 'POST', body: JSON.stringify({ model, content: ' Once upon a time, there was a little girl named Lily.' }),
@@ -137,21 +141,25 @@ async function longPromptDuringStreams(url, model, o) {
   const longSent = performance.now();
   const long = await streamOnce(url, model, longPrompt, 1);
   const longDone = long.arrivals[0] ?? performance.now();
+  await new Promise((r) => setTimeout(r, 500));
   abort.abort();
   const results = await Promise.all(streams);
   const before = [];
   const during = [];
+  const after = [];
   for (const r of results) {
     r.arrivals.forEach((t, i) => {
       if (i === 0) return;
       const gap = t - r.arrivals[i - 1];
       if (t < longSent) before.push(gap);
       else if (t <= longDone) during.push(gap);
+      else if (r.arrivals[i - 1] > longDone) after.push(gap);
     });
   }
   return { promptTokens: longPrompt.length, ttft: longDone - longSent, before99: percentile(before, 99),
            during99: percentile(during, 99), before50: percentile(before, 50), during50: percentile(during, 50),
-           beforeN: before.length, duringN: during.length };
+           after50: percentile(after, 50), after99: percentile(after, 99),
+           beforeN: before.length, duringN: during.length, afterN: after.length };
 }
 
 async function main() {
@@ -174,6 +182,7 @@ async function main() {
     console.log('|---|---:|---:|---:|');
     console.log(`| before the long prompt | ${ms(l.before50)} | ${ms(l.before99)} | ${l.beforeN} |`);
     console.log(`| while it is read | ${ms(l.during50)} | ${ms(l.during99)} | ${l.duringN} |`);
+    console.log(`| 0.5 s after its answer | ${ms(l.after50)} | ${ms(l.after99)} | ${l.afterN} |`);
   } finally {
     server?.stop();
   }

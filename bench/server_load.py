@@ -6,15 +6,16 @@ Streaming clients on loopback, one thread each. For 1, 8 and 32 concurrent
 clients it prints aggregate generated tokens/s, time to first token (TTFT) and
 inter-token latency (ITL) p50/p99; then one 2,000-token prompt arrives while 8
 streams run, and their ITL p99 before vs during that prompt shows what chunked
-prefill (--prefill-chunk) buys. Requests, definitions, percentiles and tables
+prefill (--prefill-chunk) and its pacing (--prefill-slowdown) buy. Requests, definitions, percentiles and tables
 are those of the .mjs, so the two scripts' results compare.
 
   python3 bench/server_load.py --model ../shared/models/TinyStories-656K-Q8_0.gguf [--cpu]
   python3 bench/server_load.py --url http://127.0.0.1:11434 --model-name NAME   # a running server
 
 Options: --binary build/m40-llm, --tokens 128 (per request), --requests 2
-(per client), --threads N, --prefill-chunk N, --long-prompt 2000,
---levels 1,8,32 (clients per run), --gpu N (the started server's GPU).
+(per client), --threads N, --prefill-chunk N, --prefill-slowdown FACTOR,
+--long-prompt 2000, --levels 1,8,32 (clients per run), --gpu N (the started
+server's GPU).
 """
 import argparse
 import codecs
@@ -46,6 +47,7 @@ def parse_args(argv):
     p.add_argument('--requests', type=int, default=2, help='requests per client, one after the other')
     p.add_argument('--threads', type=int, help="the server's --threads")
     p.add_argument('--prefill-chunk', type=int, help="the server's --prefill-chunk")
+    p.add_argument('--prefill-slowdown', type=float, help="the server's --prefill-slowdown (0: pacing off)")
     p.add_argument('--long-prompt', type=int, default=2000, help='tokens of the prompt sent while 8 streams run')
     p.add_argument('--levels', default='1,8,32', help='concurrent clients of each run, comma-separated')
     o = p.parse_args(argv)
@@ -78,6 +80,8 @@ class Server:
             args += ['--threads', str(o.threads)]
         if o.prefill_chunk:
             args += ['--prefill-chunk', str(o.prefill_chunk)]
+        if o.prefill_slowdown is not None:
+            args += ['--prefill-slowdown', str(o.prefill_slowdown)]
         if o.gpu is not None:
             args += ['--gpu', str(o.gpu)]
         env = dict(os.environ)
@@ -295,7 +299,10 @@ def concurrency_level(url, model, clients, o):
 def long_prompt_during_streams(url, model, o):
     """8 streams run; once each has produced tokens for a while, one long
     prompt arrives. Gaps between tokens are split by when they end: before
-    the long prompt was sent, or between its sending and its answer."""
+    the long prompt was sent, between its sending and its answer, or in the
+    0.5 s after the answer (the streams alone again, but with the longer
+    contexts they reached meanwhile: their steps cost more than before,
+    prompt or not)."""
     client = Client(url)
     try:
         res = client.post('/tokenize', {'model': model,
@@ -321,6 +328,7 @@ def long_prompt_during_streams(url, model, o):
         long_sent = now_ms()
         long = stream_once(client, model, long_prompt, 1)
         long_done = long['arrivals'][0] if long['arrivals'] else now_ms()
+        time.sleep(0.5)
         abort.abort()
         streams.join()
         if errors:
@@ -329,6 +337,7 @@ def long_prompt_during_streams(url, model, o):
         client.close()
     before = []
     during = []
+    after = []
     for r in results:
         a = r['arrivals']
         for i in range(1, len(a)):
@@ -337,10 +346,13 @@ def long_prompt_during_streams(url, model, o):
                 before.append(gap)
             elif a[i] <= long_done:
                 during.append(gap)
+            elif a[i - 1] > long_done:
+                after.append(gap)
     return {'prompt_tokens': len(long_prompt), 'ttft': long_done - long_sent,
             'before99': percentile(before, 99), 'during99': percentile(during, 99),
             'before50': percentile(before, 50), 'during50': percentile(during, 50),
-            'before_n': len(before), 'during_n': len(during)}
+            'after50': percentile(after, 50), 'after99': percentile(after, 99),
+            'before_n': len(before), 'during_n': len(during), 'after_n': len(after)}
 
 
 def run(o, url):
@@ -363,6 +375,7 @@ def run(o, url):
     print('|---|---:|---:|---:|')
     print(f"| before the long prompt | {ms(lp['before50'])} | {ms(lp['before99'])} | {lp['before_n']} |")
     print(f"| while it is read | {ms(lp['during50'])} | {ms(lp['during99'])} | {lp['during_n']} |")
+    print(f"| 0.5 s after its answer | {ms(lp['after50'])} | {ms(lp['after99'])} | {lp['after_n']} |")
 
 
 def main():

@@ -105,6 +105,23 @@ void register_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prefill-chunk", so.prefill_chunk, "Prompt tokens per engine step (keeps streams flowing)")
       ->capture_default_str();
+  cmd->add_option("--prefill-slowdown", so.prefill_slowdown,
+                  "While other requests are generating, a step that also reads a prompt may take up to FACTOR "
+                  "times as long as one that does not: prompt chunks are sized from measured step times to stay "
+                  "within it, so running streams keep their pace while a long prompt is read. 0 turns pacing off "
+                  "(every step takes up to --prefill-chunk prompt tokens)")
+      ->type_name("FACTOR")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            char* end = nullptr;
+            const double factor = std::strtod(value.c_str(), &end);
+            if (end == value.c_str() || *end != '\0' || !(factor >= 0)) {
+              return "'" + value + "' is not a factor: give 0 (pacing off) or a number such as 2";
+            }
+            return {};
+          },
+          ""));
   cmd->add_option("-t,--threads", so.threads, "CPU threads (default: every core)");
   cmd->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
   cmd->add_option("--keep-alive", opts->keep_alive,

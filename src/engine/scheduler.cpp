@@ -78,6 +78,7 @@ Scheduler::Scheduler(backend::Backend& backend, const tokenizer::Vocab& vocab, S
     : backend_(backend),
       vocab_(vocab),
       options_(options),
+      pacer_(std::max(1, options.prefill_chunk), options.prefill_slowdown),
       n_ctx_(backend.n_ctx()),
       n_slots_(backend.n_seq_max()),
       n_vocab_(backend.n_vocab()) {
@@ -246,6 +247,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   backend::Batch batch;
   int rows = 0;
   uint64_t prompt_tokens = 0;
+  int n_decode = 0;
   // Decode tokens first: every generating slot advances by one each step.
   for (auto& s : slots) {
     if (!s) continue;
@@ -253,10 +255,14 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     if (s->decoding) {
       batch.add(s->next_token, s->pos++, s->seq, true);
       s->logits_row = rows++;
+      ++n_decode;
     }
   }
-  // Then prompt chunks, oldest slot first, within the step's prompt budget.
-  int budget = options_.prefill_chunk;
+  // Then prompt chunks, oldest slot first, within the step's prompt budget:
+  // what the pacer allows beside these decode tokens (prefill_chunk when
+  // none run or pacing is off; 0 on a step that re-measures the streams
+  // alone).
+  int budget = pacer_.budget(n_decode);
   const auto now = Clock::now();
   for (auto& s : slots) {
     if (!s || s->decoding || budget == 0) continue;
@@ -281,6 +287,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   if (batch.size() == 0) return;
 
   std::vector<float> logits(static_cast<size_t>(rows) * static_cast<size_t>(n_vocab_));
+  const auto forward_start = Clock::now();
   backend_.forward(batch, logits);
   const auto after = Clock::now();
 
@@ -325,6 +332,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       slot.next_token = token;
     }
   }
+  // The streams wait for the forward and the sampling alike.
+  pacer_.record(n_decode, static_cast<int>(prompt_tokens), seconds_between(forward_start, Clock::now()));
   {
     std::lock_guard lock(mutex_);
     ++stats_.steps;

@@ -3,9 +3,12 @@
 // admitted into free KV slots, and every step runs ONE forward batch that
 // holds one decode token for each generating slot plus prompt chunks of the
 // slots still reading their prompt (at most `prefill_chunk` prompt tokens per
-// step, so a long prompt never stalls the running streams). Each request has
-// its own sampler, stop strings and token limit; its text goes to a
-// thread-safe RequestStream that the HTTP handler thread reads.
+// step, so a long prompt never stalls the running streams; while streams
+// generate, a PrefillPacer sizes the chunks from measured step times so that
+// those steps take at most about `prefill_slowdown` times a decode-only step,
+// which keeps the streams' inter-token latency close to what it was). Each
+// request has its own sampler, stop strings and token limit; its text goes to
+// a thread-safe RequestStream that the HTTP handler thread reads.
 #pragma once
 
 #include <atomic>
@@ -23,6 +26,7 @@
 #include "backends/backend.h"
 #include "common/error.h"
 #include "engine/generator.h"
+#include "engine/prefill_pacer.h"
 #include "engine/sampler.h"
 #include "tokenizer/vocab.h"
 
@@ -97,6 +101,11 @@ class RequestRejected : public Error {
 struct SchedulerOptions {
   int max_queue = 16;       // requests waiting for a slot; more are refused (QueueFull)
   int prefill_chunk = 256;  // prompt tokens per step, over all slots
+  // While streams generate, a step that also reads a prompt may take about
+  // this many times as long as one that does not (PrefillPacer); 0: off,
+  // every step takes up to prefill_chunk prompt tokens; up to 1: one prompt
+  // token per step.
+  double prefill_slowdown = 2.0;
 };
 
 struct SchedulerStats {
@@ -146,6 +155,7 @@ class Scheduler {
   backend::Backend& backend_;
   const tokenizer::Vocab& vocab_;
   SchedulerOptions options_;
+  PrefillPacer pacer_;  // engine thread only
   int n_ctx_;
   int n_slots_;
   int n_vocab_;

@@ -155,7 +155,9 @@ std::shared_ptr<ResidentModel> ModelManager::load(const ModelTarget& target) con
   if (options_.wrap_backend) m->backend = options_.wrap_backend(std::move(m->backend));
   m->scheduler = std::make_unique<engine::Scheduler>(
       *m->backend, *m->vocab,
-      engine::SchedulerOptions{.max_queue = options_.max_queue, .prefill_chunk = options_.prefill_chunk});
+      engine::SchedulerOptions{.max_queue = options_.max_queue,
+                               .prefill_chunk = options_.prefill_chunk,
+                               .prefill_slowdown = options_.prefill_slowdown});
   std::error_code ec;
   m->size = fs::file_size(target.path, ec);
   m->loaded_at = std::chrono::system_clock::now();

@@ -32,6 +32,7 @@ struct ServerOptions {
   std::string api_key;       // non-empty: every route but /health needs "Authorization: Bearer KEY"
   int max_queue = 16;        // requests waiting for a slot; more get 503
   int prefill_chunk = 256;   // prompt tokens per engine step
+  double prefill_slowdown = 2.0;  // engine::SchedulerOptions::prefill_slowdown; 0: pacing off
   size_t max_body_bytes = 8u << 20;  // larger request bodies get 413
   int http_threads = 0;      // 0: enough for every slot and queued request, plus a few
   bool log_requests = false; // one line per request on stderr

@@ -1,13 +1,16 @@
 // The engine loop on its own, over a recording fake backend: what each step
 // batches (decode tokens of every generating slot plus bounded prompt
-// chunks), admission, cancellation, limits and refusals.
+// chunks), admission, cancellation, limits and refusals; and over the real
+// model, that a prompt read in paced chunks beside a stream answers as alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <mutex>
 #include <thread>
 
+#include "engine/backend_factory.h"
 #include "engine/scheduler.h"
 #include "test_paths.h"
 
@@ -47,6 +50,39 @@ class RecordingBackend : public backend::Backend {
   std::vector<backend::Batch> batches_;
 };
 
+// The real backend, recording each batch. Its second forward (the first
+// request's first decode step) waits until the test releases it, so the test
+// can submit a request while that stream is sure to be generating.
+class GatedRecordingBackend : public backend::Backend {
+ public:
+  explicit GatedRecordingBackend(std::unique_ptr<backend::Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  int n_ctx() const override { return inner_->n_ctx(); }
+  int n_seq_max() const override { return inner_->n_seq_max(); }
+  int n_vocab() const override { return inner_->n_vocab(); }
+  void forward(const backend::Batch& batch, std::span<float> logits) override {
+    {
+      std::lock_guard lock(mutex_);
+      batches_.push_back(batch);
+    }
+    if (++forwards == 2) {
+      for (int i = 0; i < 30000 && !released.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    inner_->forward(batch, logits);
+  }
+  std::vector<backend::Batch> batches() const {
+    std::lock_guard lock(mutex_);
+    return batches_;
+  }
+  std::atomic<bool> released{true};
+  std::atomic<int> forwards{0};
+
+ private:
+  std::unique_ptr<backend::Backend> inner_;
+  mutable std::mutex mutex_;
+  std::vector<backend::Batch> batches_;
+};
+
 struct Collected {
   std::string text;
   engine::StreamEvent end;
@@ -55,9 +91,12 @@ struct Collected {
 Collected drain(engine::RequestStream& stream) {
   Collected out;
   std::vector<engine::StreamEvent> events;
-  for (int i = 0; i < 300; ++i) {  // at most 30 s
+  for (int idle = 0; idle < 300;) {  // at most 30 s without an event
     events.clear();
-    if (!stream.wait(std::chrono::milliseconds(100), events)) continue;
+    if (!stream.wait(std::chrono::milliseconds(100), events)) {
+      ++idle;
+      continue;
+    }
     for (auto& e : events) {
       if (e.kind == engine::StreamEvent::Kind::Text) {
         out.text += e.text;
@@ -200,4 +239,72 @@ TEST_F(SchedulerTest, StopEndsRunningRequestsWithAnError) {
   ASSERT_TRUE(running->wait(std::chrono::seconds(10), first));
   scheduler.stop();
   EXPECT_EQ(drain(*running).end.kind, engine::StreamEvent::Kind::Failed);
+}
+
+TEST_F(SchedulerTest, APacedLongPromptBesideAStreamAnswersAsAlone) {
+  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+  engine::BackendOptions bo;
+  bo.n_ctx = 512;
+  bo.n_seq = 2;
+  bo.threads = 2;
+  bo.force_cpu = true;
+  auto greedy = [](std::vector<int32_t> prompt, int max_tokens) {
+    engine::RequestParams p;
+    p.prompt = std::move(prompt);
+    p.sampler.temperature = 0;
+    p.sampler.repeat_penalty = 1.0f;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+  };
+  const auto short_prompt = vocab_->encode("Once upon a time", {.add_special = true});
+  std::vector<int32_t> long_prompt = vocab_->encode("Lily and Ben went to the park.", {.add_special = true});
+  const auto sentence = vocab_->encode(" They played with a red ball and laughed in the sun.", {.add_special = false});
+  while (long_prompt.size() < 300) long_prompt.insert(long_prompt.end(), sentence.begin(), sentence.end());
+  long_prompt.resize(300);
+  const int stream_tokens = 400, answer_tokens = 30;
+
+  // Each request alone: the long prompt in one 256-token step and the rest.
+  std::string alone_stream, alone_answer;
+  {
+    auto backend = engine::make_backend(*model, bo);
+    engine::Scheduler scheduler(*backend, *vocab_);
+    alone_stream = drain(*scheduler.submit(greedy(short_prompt, stream_tokens))).text;
+    alone_answer = drain(*scheduler.submit(greedy(long_prompt, answer_tokens))).text;
+  }
+
+  // Together, with pacing on: the long prompt arrives while the stream generates.
+  GatedRecordingBackend backend(engine::make_backend(*model, bo));
+  backend.released = false;
+  engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 256, .prefill_slowdown = 2.0});
+  auto stream = scheduler.submit(greedy(short_prompt, stream_tokens));
+  // Its prompt is read and its first decode step waits at the gate.
+  for (int i = 0; i < 30000 && backend.forwards.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(backend.forwards.load(), 2);
+  auto answer = scheduler.submit(greedy(long_prompt, answer_tokens));
+  backend.released = true;
+  const auto together_stream = drain(*stream);
+  const auto together_answer = drain(*answer);
+  ASSERT_EQ(together_stream.end.kind, engine::StreamEvent::Kind::Done);
+  ASSERT_EQ(together_answer.end.kind, engine::StreamEvent::Kind::Done);
+  EXPECT_EQ(together_stream.end.timings.generated_tokens, stream_tokens);
+  EXPECT_EQ(together_answer.end.timings.generated_tokens, answer_tokens);
+  EXPECT_EQ(together_answer.end.timings.prompt_tokens, 300);
+  EXPECT_EQ(together_answer.text, alone_answer);
+  EXPECT_EQ(together_stream.text, alone_stream);
+
+  // The long prompt was read in several chunks beside the stream's decode
+  // tokens, the first one the pacer's cautious start, not the 256 cap.
+  std::vector<int> chunks;
+  for (const auto& batch : backend.batches()) {
+    int prompt_tokens = 0;
+    bool decode = false;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch.seq_ids[i] == 1 && batch.positions[i] < 300) ++prompt_tokens;
+      if (batch.seq_ids[i] == 0) decode = true;
+    }
+    if (decode && prompt_tokens > 0) chunks.push_back(prompt_tokens);
+  }
+  ASSERT_GE(chunks.size(), 2u);
+  EXPECT_LE(chunks.front(), 16);
 }

@@ -94,3 +94,12 @@ TEST(ServeCommand, ABadVramSizeIsAnError) {
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.err.find("memory size 'lots'"), std::string::npos) << result.err;
 }
+
+TEST(ServeCommand, APrefillSlowdownMustBeAFactor) {
+  for (const char* bad : {"-1", "fast"}) {
+    const auto result = test::run_binary({"serve", "--prefill-slowdown", bad, "--port", "0"});
+    EXPECT_NE(result.exit_code, 0) << bad;  // CLI11's code for a value refused
+    EXPECT_NE(result.err.find("is not a factor: give 0 (pacing off) or a number such as 2"), std::string::npos)
+        << result.err;
+  }
+}
