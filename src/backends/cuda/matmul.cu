@@ -214,23 +214,18 @@ void matvec(const DeviceWeight& w, const float* x, int n_tokens, float* y, const
   const mm::Product p = checked_product("matvec", w, x, n_tokens, y, residual, stream);
   if (p.rows == 0 || p.n_tokens == 0) return;
   if (p.cols == 0) return store_empty_product(p);
-  // Past 8 tokens the work goes to the gemm kernel (K steps of 16 or 32 columns).
-  if (!fast_path_fits(p) || (p.n_tokens > mm::kMaxMatvecKernelTokens && p.cols % 32 != 0)) {
+  // Past 16 tokens the work goes to the gemm kernel (K steps of 16 or 32 columns).
+  if (!fast_path_fits(p) || (p.n_tokens > mm::kMaxMatvecChunkedTokens && p.cols % 32 != 0)) {
     return mm::launch_scalar(p);
   }
   // More tokens than one kernel batches: chunks of kMaxMatvecTokens (gemm()
   // is the better choice there).
   for (int t0 = 0; t0 < p.n_tokens; t0 += kMaxMatvecTokens) {
-    mm::Product chunk = p;
-    chunk.n_tokens = std::min(kMaxMatvecTokens, p.n_tokens - t0);
-    chunk.x = p.x + static_cast<size_t>(t0) * static_cast<size_t>(p.cols);
-    chunk.y = p.y + static_cast<size_t>(t0) * static_cast<size_t>(p.rows);
-    if (p.residual != nullptr) chunk.residual = p.residual + static_cast<size_t>(t0) * static_cast<size_t>(p.rows);
-    mm::launch_matvec(chunk);
+    mm::launch_matvec(p.token_slice(t0, std::min(kMaxMatvecTokens, p.n_tokens - t0)));
   }
 }
 
-static_assert(kMaxFusedTokens == mm::kMaxMatvecKernelTokens, "fused products are the matvec kernel's");
+static_assert(kMaxFusedTokens == mm::kMaxMatvecChunkedTokens, "fused products are the matvec kernel's");
 
 bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const OutputPart* parts, int n_parts,
                   cudaStream_t stream) {

@@ -33,16 +33,16 @@ void gemm(const DeviceWeight& w, const float* x, int n_tokens, float* y, const f
 // A fused decode product: W's rows are the rows of up to kMaxOutputParts
 // matrices stored back to back (a layer's Q, K and V, or its gate and up),
 // all of one type and width; part i's results go to its own y_i
-// [n_tokens][rows_i]. One launch reads x once for all of them. Applies to
-// n_tokens <= kMaxFusedTokens on the layouts the decode kernel reads; returns
-// false (having done nothing) otherwise, and the caller runs one matmul per
-// part.
+// [n_tokens][rows_i]. One launch (per 8 tokens) reads x once for all of
+// them. Applies to n_tokens <= kMaxFusedTokens on the layouts the decode
+// kernel reads; returns false (having done nothing) otherwise, and the
+// caller runs one matmul per part.
 struct OutputPart {
   float* y = nullptr;
   int64_t rows = 0;
 };
 inline constexpr int kMaxOutputParts = 3;
-inline constexpr int kMaxFusedTokens = 8;
+inline constexpr int kMaxFusedTokens = 16;
 bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const OutputPart* parts, int n_parts,
                   cudaStream_t stream);
 

@@ -15,20 +15,32 @@
 // parts meet in shared memory, added in a fixed order.
 //
 // kTokens is n_tokens rounded up to a power of two; the extra tokens re-read
-// the last token's x and are not stored. A lane issues the loads of 1, 2 or 4
+// the last token's x and are not stored.
+//
+// Lane-ordered x (4 to 8 tokens, the 16-value units of the block formats):
+// lanes take consecutive units, so in x as stored a lane's 16-byte load and
+// its neighbour's are 64 bytes apart and one warp-wide load touches 16 cache
+// lines (Nsight Compute: the L1 pipe 79% busy at 8 tokens, Q4_K). The
+// launcher first copies x into lane order (permute_x_kernel): within each
+// group of 32 units, value 4 j + i of unit l goes to 128 j + 4 l + i, so a
+// warp's load of quarter j of its units reads 512 consecutive bytes. 8-token
+// products got 25-35% faster on an H200 (Q8_0, Q4_0, Q4_K at 11008x4096:
+// 60/57/68 -> 42/39/48 us); F16 (8-value units) gained nothing. A lane issues the loads of 1, 2 or 4
 // units (by the size of the decoder's registers) before it computes on them:
 // an H200 needs some 3 MB in flight to approach its bandwidth, an M40 about
 // 150 KB.
 //
-// Batches of 9 to 32 tokens are compute-bound on the M40 (32 FMAs per weight
-// byte at F16) and keep more sums than registers allow here; they go to the
-// gemm kernel with a single token tile (matmul_gemm.cu), which also reads
-// every weight once.
+// Batches of 9 to 16 tokens run as launches of 8 (each reading the weights:
+// on an H200 still cheaper than one gemm tile, matmul_internal.cuh); 17 to
+// 32 are compute-bound on the M40 (32 FMAs per weight byte at F16) and keep
+// more sums than registers allow here; they go to the gemm kernel with a
+// single token tile (matmul_gemm.cu), which reads every weight once.
 #include <algorithm>
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/matmul_internal.cuh"
+#include "backends/cuda/stream_scratch.h"
 
 namespace m40::cuda::mm {
 
@@ -66,10 +78,20 @@ __device__ __forceinline__ void reduce_lanes(float* v, int sub) {
   }
 }
 
-// x[0..7] (16-byte aligned) through the read-only path.
-__device__ __forceinline__ void load_x8(const float* __restrict__ x, float (&xv)[8]) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(x));
-  const float4 b = __ldg(reinterpret_cast<const float4*>(x) + 1);
+// Units of a lane-ordered group, and the floats between a unit's quarters.
+constexpr int kGroupUnits = 32;
+constexpr int kQuarterStride = 4 * kGroupUnits;
+
+// Values 8 piece .. 8 piece + 7 of the unit at column `col` of an x row,
+// through the read-only path: consecutive in x as stored; in lane order,
+// quarters 2 piece and 2 piece + 1 of the unit, whose place is col + delta +
+// 128 j with the lane's constant delta (lane_order_delta).
+template <bool kLaneOrder>
+__device__ __forceinline__ void load_x8(const float* __restrict__ x_row, int col, int piece, int delta,
+                                        float (&xv)[8]) {
+  const float* p = kLaneOrder ? x_row + col + delta + 2 * kQuarterStride * piece : x_row + col + 8 * piece;
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p + (kLaneOrder ? kQuarterStride : 4)));
   xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
 }
 
@@ -77,9 +99,9 @@ __device__ __forceinline__ void load_x8(const float* __restrict__ x, float (&xv)
 // row r, x[t] at the same columns). With kSplit > 1 the eight products go to
 // kSplit independent sums, so that a lane has several FMA chains in flight
 // when it has few tokens and rows.
-template <class Dec, int piece, int kTokens, int kRows, int kSplit>
+template <class Dec, bool kLaneOrder, int piece, int kTokens, int kRows, int kSplit>
 __device__ __forceinline__ void accumulate_piece(const typename Dec::Raw* raw, int unit, const float* __restrict__ x,
-                                                 int cols, int col, int last_token,
+                                                 int x_stride, int col, int delta, int last_token,
                                                  float (&acc)[kSplit][kTokens * kRows]) {
   float w[kRows][8];
 #pragma unroll
@@ -87,7 +109,7 @@ __device__ __forceinline__ void accumulate_piece(const typename Dec::Raw* raw, i
 #pragma unroll
   for (int t = 0; t < kTokens; ++t) {
     float xv[8];
-    load_x8(x + min(t, last_token) * cols + col + 8 * piece, xv);
+    load_x8<kLaneOrder>(x + min(t, last_token) * x_stride, col, piece, delta, xv);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -99,13 +121,13 @@ __device__ __forceinline__ void accumulate_piece(const typename Dec::Raw* raw, i
   }
 }
 
-template <class Dec, int kTokens, int kRows, int kSplit>
+template <class Dec, bool kLaneOrder, int kTokens, int kRows, int kSplit>
 __device__ __forceinline__ void accumulate_unit(const typename Dec::Raw* raw, int unit, const float* __restrict__ x,
-                                                int cols, int col, int last_token,
+                                                int x_stride, int col, int delta, int last_token,
                                                 float (&acc)[kSplit][kTokens * kRows]) {
-  accumulate_piece<Dec, 0, kTokens, kRows, kSplit>(raw, unit, x, cols, col, last_token, acc);
+  accumulate_piece<Dec, kLaneOrder, 0, kTokens, kRows, kSplit>(raw, unit, x, x_stride, col, delta, last_token, acc);
   if constexpr (Dec::kUnit == 16) {
-    accumulate_piece<Dec, 1, kTokens, kRows, kSplit>(raw, unit, x, cols, col, last_token, acc);
+    accumulate_piece<Dec, kLaneOrder, 1, kTokens, kRows, kSplit>(raw, unit, x, x_stride, col, delta, last_token, acc);
   }
 }
 
@@ -115,10 +137,10 @@ __device__ __forceinline__ void accumulate_unit(const typename Dec::Raw* raw, in
 // acc += 128 scale (dot(q', x) - sum(x)) - offset * sum(x), the sum of x
 // shared by all rows. Two or three instructions per weight (byte permute,
 // FMA; a subtraction for the signed quants) instead of four or five.
-template <class Dec, int kTokens, int kRows>
+template <class Dec, bool kLaneOrder, int kTokens, int kRows>
 __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw* raw, int unit,
-                                                         const float* __restrict__ x, int cols, int col, int last_token,
-                                                         float (&acc)[kTokens * kRows]) {
+                                                         const float* __restrict__ x, int x_stride, int col, int delta,
+                                                         int last_token, float (&acc)[kTokens * kRows]) {
   float dot[kTokens * kRows];
   float x_sum[kTokens];
 #pragma unroll
@@ -136,7 +158,7 @@ __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw
 #pragma unroll
     for (int t = 0; t < kTokens; ++t) {
       float xv[8];
-      load_x8(x + min(t, last_token) * cols + col + 8 * piece, xv);
+      load_x8<kLaneOrder>(x + min(t, last_token) * x_stride, col, piece, delta, xv);
       if constexpr (Dec::kFractionQuants) {
         x_sum[t] += ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
       }
@@ -167,7 +189,9 @@ __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw
 // registers, 4 at 128, 3 at 168, 2 at 255), by the sums a thread keeps.
 // Uncapped, the compiler hoists the x loads of every token ahead of the math
 // and takes registers that occupancy needs. The caps are the smallest at
-// which neither CUDA 11.8 for sm_52 nor CUDA 13 for sm_90 spills.
+// which CUDA 11.8 for sm_52 does not spill; CUDA 13 for sm_90 spills 8
+// bytes in one kernel (Q4_0, 8 tokens, lane order), which costs less than
+// the next cap's occupancy (11008x4096: 39 us against 45).
 template <class Dec>
 constexpr int min_blocks_per_sm(int tokens, int rows) {
   if (kGenericDecoder<Dec>) return 2;
@@ -190,10 +214,12 @@ constexpr int units_per_round() {
   return kTokens <= 2 && kRaw <= 32 ? 2 : 1;
 }
 
-template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound>
+// x_stride: floats from one token's x to the next (cols, or the padded row of
+// lane-ordered x).
+template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound, bool kLaneOrder>
 __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens, kRows))
-    matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols,
-                  const float* __restrict__ x, int n_tokens, float* y, const float* residual, OutputParts parts) {
+    matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
+                  int x_stride, int n_tokens, float* y, const float* residual, OutputParts parts) {
   static_assert(kLanes <= 32 ? 32 % kLanes == 0 : kLanes % 32 == 0 && kMatvecThreads % kLanes == 0,
                 "groups tile the warp, or whole warps tile the group");
   static_assert(kLanes % Dec::kUnitsPerBlock == 0, "a lane keeps its unit within the block");
@@ -224,6 +250,10 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
   }
 
   const int last_token = n_tokens - 1;
+  // Lane order: a unit's quarter j is at col + delta + 128 j; the lane's
+  // units are all unit number sub % 32 of their group.
+  static_assert(!kLaneOrder || (kLanes % kGroupUnits == 0 && Dec::kUnit == 16), "lane order: warps of whole groups");
+  const int delta = kLaneOrder ? (4 - Dec::kUnit) * (sub % kGroupUnits) : 0;
   float acc[kSplit][kSums];
 #pragma unroll
   for (int s = 0; s < kSplit; ++s) {
@@ -249,10 +279,11 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
     for (int u = 0; u < kUnitsPerRound; ++u) {
       if (u == 0 || col + u * kColumnStep < cols) {
         if constexpr (kFactored) {
-          accumulate_unit_factored<Dec, kTokens, kRows>(raw[u], unit, x, cols, col + u * kColumnStep, last_token,
-                                                        acc[0]);
+          accumulate_unit_factored<Dec, kLaneOrder, kTokens, kRows>(raw[u], unit, x, x_stride, col + u * kColumnStep,
+                                                                    delta, last_token, acc[0]);
         } else {
-          accumulate_unit<Dec, kTokens, kRows, kSplit>(raw[u], unit, x, cols, col + u * kColumnStep, last_token, acc);
+          accumulate_unit<Dec, kLaneOrder, kTokens, kRows, kSplit>(raw[u], unit, x, x_stride, col + u * kColumnStep,
+                                                                   delta, last_token, acc);
         }
       }
     }
@@ -313,12 +344,48 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
   }
 }
 
+// x in lane order (the comment at the top): float4 c of a row of `cols`
+// goes to its place in a row of `stride` (cols rounded up to whole groups).
+__global__ void permute_x_kernel(const float* __restrict__ x, int n_tokens, int cols, int stride, int unit,
+                                 float* __restrict__ out) {
+  const int quads = cols / 4;
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n_tokens * quads;
+       i += static_cast<int>(gridDim.x * blockDim.x)) {
+    const int t = i / quads;
+    const int c = 4 * (i % quads);
+    const int u = c / unit;
+    const int j = c % unit / 4;
+    const int place = u / kGroupUnits * kGroupUnits * unit + j * kQuarterStride + 4 * (u % kGroupUnits);
+    const float4 v = __ldg(reinterpret_cast<const float4*>(x + static_cast<size_t>(t) * cols) + c / 4);
+    *reinterpret_cast<float4*>(out + static_cast<size_t>(t) * stride + place) = v;
+  }
+}
+
 template <class Dec, int kTokens, int kRows, int kLanes>
 void launch(const Product& p) {
   constexpr int kRowsPerBlock = kMatvecThreads / kLanes * kRows;
   const int blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  matvec_kernel<Dec, kTokens, kRows, kLanes, units_per_round<Dec, kTokens>()><<<blocks, kMatvecThreads, 0, p.stream>>>(
-      p.w, p.row_bytes, p.rows, p.cols, p.x, p.n_tokens, p.y, p.residual, p.parts);
+  constexpr int kRound = units_per_round<Dec, kTokens>();
+  // Lane order pays for its extra launch from 4 tokens on (at 1 token it
+  // saved under 1 us of 10-20).
+  constexpr bool kLaneOrderable = kTokens >= 4 && kLanes == kMatvecThreads && Dec::kUnit == 16 && !kGenericDecoder<Dec>;
+  if constexpr (kLaneOrderable) {
+    if (scratch_pool_ready(p.stream)) {
+      constexpr int kGroupCols = kGroupUnits * Dec::kUnit;
+      const int stride = (p.cols + kGroupCols - 1) / kGroupCols * kGroupCols;
+      StreamScratch ordered(static_cast<size_t>(p.n_tokens) * static_cast<size_t>(stride) * sizeof(float), p.stream);
+      const int quads = p.n_tokens * (p.cols / 4);
+      permute_x_kernel<<<std::min((quads + 255) / 256, 1024), 256, 0, p.stream>>>(p.x, p.n_tokens, p.cols, stride,
+                                                                                    Dec::kUnit, ordered.floats());
+      M40_CUDA_CHECK_LAUNCH();
+      matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, true><<<blocks, kMatvecThreads, 0, p.stream>>>(
+          p.w, p.row_bytes, p.rows, p.cols, ordered.floats(), stride, p.n_tokens, p.y, p.residual, p.parts);
+      M40_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, false><<<blocks, kMatvecThreads, 0, p.stream>>>(
+      p.w, p.row_bytes, p.rows, p.cols, p.x, p.cols, p.n_tokens, p.y, p.residual, p.parts);
   M40_CUDA_CHECK_LAUNCH();
 }
 
@@ -352,18 +419,8 @@ void launch_for_tokens(const Product& p) {
   if constexpr (kGenericDecoder<Dec>) {
     // 8 sums of a generic decoder spill on sm_52 (CUDA 11.8): two launches
     // of up to 4 tokens, each reading the weights (rare types only).
-    Product first = p, rest = p;
-    first.n_tokens = 4;
-    rest.n_tokens = p.n_tokens - 4;
-    rest.x = p.x + static_cast<size_t>(4) * static_cast<size_t>(p.cols);
-    rest.y = p.y + static_cast<size_t>(4) * static_cast<size_t>(p.rows);
-    if (p.residual != nullptr) rest.residual = p.residual + static_cast<size_t>(4) * static_cast<size_t>(p.rows);
-    for (int i = 0; i < p.parts.n; ++i) {
-      const int part_rows = p.parts.end[i] - (i == 0 ? 0 : p.parts.end[i - 1]);
-      rest.parts.y[i] = p.parts.y[i] + static_cast<size_t>(4) * static_cast<size_t>(part_rows);
-    }
-    launch<Dec, 4, kRows, kLanes>(first);
-    return launch_for_tokens<Dec>(rest);
+    launch<Dec, 4, kRows, kLanes>(p.token_slice(0, 4));
+    return launch_for_tokens<Dec>(p.token_slice(4, p.n_tokens - 4));
   } else {
     return launch<Dec, 8, kRows, kLanes>(p);
   }
@@ -372,8 +429,13 @@ void launch_for_tokens(const Product& p) {
 }  // namespace
 
 void launch_matvec(const Product& p) {
-  if (p.n_tokens > kMaxMatvecKernelTokens) return launch_gemm_decode(p);
-  visit_decoder(p.type, [&](auto tag) { launch_for_tokens<typename decltype(tag)::type>(p); });
+  if (p.n_tokens > kMaxMatvecChunkedTokens) return launch_gemm_decode(p);
+  visit_decoder(p.type, [&](auto tag) {
+    using Dec = typename decltype(tag)::type;
+    for (int first = 0; first < p.n_tokens; first += kMaxMatvecKernelTokens) {
+      launch_for_tokens<Dec>(p.token_slice(first, std::min(kMaxMatvecKernelTokens, p.n_tokens - first)));
+    }
+  });
 }
 
 }  // namespace m40::cuda::mm
