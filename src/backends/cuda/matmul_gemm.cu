@@ -1,5 +1,5 @@
 // Tiled FP32 GEMM that dequantizes W on the fly: prefill products (any
-// number of tokens), and decode batches of 9 to 32 tokens.
+// number of tokens), and decode batches of 17 to 32 tokens.
 //
 // A block computes a tile of rows x tokens, walking K in steps of 32 columns.
 // Per step each thread decodes 16 consecutive weights of one row (one or two
@@ -53,8 +53,9 @@ struct TileShape {
 
 // Prefill: 128 rows x 64 tokens, 8 x 4 per thread.
 using PrefillShape = TileShape<128, 64, 32, 256, 2, 4>;
-// Decode batches of 9..16 and 17..32 tokens: one token tile covers the batch
-// (every weight is read once). A thread's 4 x 4 or 8 x 4 register tile takes
+// Decode batches of up to 16 (launch_matvec sends those to the matvec kernel
+// in launches of 8; the bench still times this tile) and 17..32 tokens: one
+// token tile covers the batch (every weight is read once). A thread's 4 x 4 or 8 x 4 register tile takes
 // two or three shared loads per 16 or 32 FMAs; the 32-row tiles with 4 x 1
 // and 4 x 2 that came before were bound by those loads (ncu: L1/shared pipe
 // 92% busy) and took 1.3-1.65x longer on an H200 (bench_cuda_matmul
