@@ -160,7 +160,7 @@ if [ "$quick" = 0 ]; then
         { row "gen-model $type" "failed (gen-model.log)"; failures=$((failures + 1)); continue; }
     fi
     m40_log "gpu-run: bench 7B $type"
-    "$m40" bench "$file" -p 512 -n 128 -b 1 8 32 -r 3 >> "$out/bench_7b.md" 2>&1
+    "$m40" bench "$file" -p 512 -n 128 -b 1 8 16 32 -r 3 >> "$out/bench_7b.md" 2>&1
     status=$?
     while IFS= read -r line; do
       row "7B $type $(echo "$line" | cut -d'|' -f7 | tr -d ' ')" "$(echo "$line" | cut -d'|' -f8 | tr -s ' ') t/s"
