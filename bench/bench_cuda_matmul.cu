@@ -354,11 +354,11 @@ int main(int argc, char** argv) {
     }
     if (quick) return 0;
 
-    // Which kernel suits which batch: the matvec kernel (up to 8 tokens a
-    // launch, 16 in two), the gemm kernel with one decode token tile (16 or
-    // 32), and the prefill tile.
+    // Which kernel suits which batch: the matvec kernel (up to 16 tokens),
+    // the gemm kernel with one decode token tile (16 or 32), and the prefill
+    // tile.
     std::printf("\n### kernel choice by batch size (us per product)\n\n");
-    std::printf("| rows x cols | type | batch | matvec kernel (launches of 8) | gemm, decode tile | gemm, prefill tile |\n");
+    std::printf("| rows x cols | type | batch | matvec kernel | gemm, decode tile | gemm, prefill tile |\n");
     std::printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
     for (const Shape& shape : {shapes[0], shapes[1]}) {
       for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K}) {
@@ -378,7 +378,7 @@ int main(int argc, char** argv) {
         };
         for (const int n : {4, 8, 12, 16, 24, 32}) {
           std::string matvec_us = "-";
-          if (n <= m40::cuda::mm::kMaxMatvecChunkedTokens) {
+          if (n <= m40::cuda::mm::kMaxMatvecKernelTokens) {
             const double ms = time_ms(stream, buf.copies, 15, [&](int i) { m40::cuda::mm::launch_matvec(product(i, n)); });
             matvec_us = std::to_string(ms * 1e3).substr(0, 6);
           }

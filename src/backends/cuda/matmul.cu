@@ -215,7 +215,7 @@ void matvec(const DeviceWeight& w, const float* x, int n_tokens, float* y, const
   if (p.rows == 0 || p.n_tokens == 0) return;
   if (p.cols == 0) return store_empty_product(p);
   // Past 16 tokens the work goes to the gemm kernel (K steps of 16 or 32 columns).
-  if (!fast_path_fits(p) || (p.n_tokens > mm::kMaxMatvecChunkedTokens && p.cols % 32 != 0)) {
+  if (!fast_path_fits(p) || (p.n_tokens > mm::kMaxMatvecKernelTokens && p.cols % 32 != 0)) {
     return mm::launch_scalar(p);
   }
   // More tokens than one kernel batches: chunks of kMaxMatvecTokens (gemm()
@@ -225,7 +225,7 @@ void matvec(const DeviceWeight& w, const float* x, int n_tokens, float* y, const
   }
 }
 
-static_assert(kMaxFusedTokens == mm::kMaxMatvecChunkedTokens, "fused products are the matvec kernel's");
+static_assert(kMaxFusedTokens == mm::kMaxMatvecKernelTokens, "fused products are the matvec kernel's");
 
 bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const OutputPart* parts, int n_parts,
                   cudaStream_t stream) {

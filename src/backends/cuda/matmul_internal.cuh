@@ -90,12 +90,11 @@ template <class Block>
 inline constexpr bool kGenericDecoder<DecodeGeneric<Block>> = true;
 
 // Decode products, n_tokens 1..32, the decoder's alignment holds: the matvec
-// kernel up to kMaxMatvecKernelTokens, and in launches of that many up to
-// kMaxMatvecChunkedTokens (cheaper than one gemm tile on an H200: two 8-token
-// launches of Q8_0 11008x4096 take 83 us, a 16-token tile 144); the gemm
-// kernel with one token tile above (launch_gemm_decode; cols % 32 == 0).
-inline constexpr int kMaxMatvecKernelTokens = 8;
-inline constexpr int kMaxMatvecChunkedTokens = 16;
+// kernel up to kMaxMatvecKernelTokens (8 a launch; 9 to 16 in one launch of
+// 16, or two of 8 for the K-quants: cheaper than one gemm tile on an H200,
+// Q8_0 11008x4096 at 16 tokens 73 us against 143), the gemm kernel with one
+// token tile above (launch_gemm_decode; cols % 32 == 0).
+inline constexpr int kMaxMatvecKernelTokens = 16;
 void launch_matvec(const Product& p);
 void launch_gemm_decode(const Product& p);
 

@@ -30,8 +30,9 @@
 // an H200 needs some 3 MB in flight to approach its bandwidth, an M40 about
 // 150 KB.
 //
-// Batches of 9 to 16 tokens run as launches of 8 (each reading the weights:
-// on an H200 still cheaper than one gemm tile, matmul_internal.cuh); 17 to
+// Batches of 9 to 16 tokens run as one launch of 16 (two of 8 for the
+// K-quants, each reading the weights: on an H200 still cheaper than one gemm
+// tile, matmul_internal.cuh); 17 to
 // 32 are compute-bound on the M40 (32 FMAs per weight byte at F16) and keep
 // more sums than registers allow here; they go to the gemm kernel with a
 // single token tile (matmul_gemm.cu), which reads every weight once.
@@ -189,9 +190,10 @@ __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw
 // registers, 4 at 128, 3 at 168, 2 at 255), by the sums a thread keeps.
 // Uncapped, the compiler hoists the x loads of every token ahead of the math
 // and takes registers that occupancy needs. The caps are the smallest at
-// which CUDA 11.8 for sm_52 does not spill; CUDA 13 for sm_90 spills 8
-// bytes in one kernel (Q4_0, 8 tokens, lane order), which costs less than
-// the next cap's occupancy (11008x4096: 39 us against 45).
+// which CUDA 11.8 for sm_52 does not spill; CUDA 13 for sm_90 spills a
+// little in two kernels (8 bytes in Q4_0 at 8 tokens in lane order, which
+// costs less than the next cap's occupancy: 11008x4096 39 us against 45;
+// 48 bytes in IQ4_NL at 16 tokens).
 template <class Dec>
 constexpr int min_blocks_per_sm(int tokens, int rows) {
   if (kGenericDecoder<Dec>) return 2;
@@ -199,6 +201,7 @@ constexpr int min_blocks_per_sm(int tokens, int rows) {
   const bool k_quant = std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> ||
                        std::is_same_v<Dec, DecodeQ6_K>;
   if (sums <= 4 && rows <= 2 && tokens == 1) return 6;
+  if (sums > 32) return 2;
   if (k_quant) return sums <= 4 ? 4 : sums <= 8 ? 3 : 2;
   return sums <= 16 ? 4 : 3;
 }
@@ -400,6 +403,20 @@ constexpr int rows_per_block() {
   return 4;
 }
 
+// Rows a block computes together at 9 to 16 tokens, in one launch that
+// decodes each weight once for all of them; 0: two launches of 8 instead.
+// One launch of 16 x 4 sums beats two of 8 on an H200 (11008x4096: Q8_0
+// 81 -> 73 us, F16 79 -> 77; 4096x4096: Q8_0 39 -> 31, F16 35 -> 30). The
+// K-quants' 16 x 4 spill on sm_52, and Q4_K's 16 x 2 was slower than two
+// launches of 8 (96 against 89 us), so they keep two launches.
+template <class Dec>
+constexpr int rows_for_16_tokens() {
+  if (std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> || std::is_same_v<Dec, DecodeQ6_K>) {
+    return 0;
+  }
+  return rows_per_block<Dec>();
+}
+
 // The whole block (4 warps) shares its rows, every lane taking a few units
 // of each: a lane has one or two rounds of loads, so the product takes about
 // one memory latency plus its bytes over the bandwidth, instead of the
@@ -422,19 +439,24 @@ void launch_for_tokens(const Product& p) {
     launch<Dec, 4, kRows, kLanes>(p.token_slice(0, 4));
     return launch_for_tokens<Dec>(p.token_slice(4, p.n_tokens - 4));
   } else {
-    return launch<Dec, 8, kRows, kLanes>(p);
+    if (p.n_tokens <= 8) return launch<Dec, 8, kRows, kLanes>(p);
+    constexpr int kRows16 = rows_for_16_tokens<Dec>();
+    if constexpr (kRows16 == 0) {
+      launch<Dec, 8, kRows, kLanes>(p.token_slice(0, 8));
+      return launch<Dec, 8, kRows, kLanes>(p.token_slice(8, p.n_tokens - 8));
+    } else {
+      return launch<Dec, 16, kRows16, kLanes>(p);
+    }
   }
 }
 
 }  // namespace
 
 void launch_matvec(const Product& p) {
-  if (p.n_tokens > kMaxMatvecChunkedTokens) return launch_gemm_decode(p);
+  if (p.n_tokens > kMaxMatvecKernelTokens) return launch_gemm_decode(p);
   visit_decoder(p.type, [&](auto tag) {
     using Dec = typename decltype(tag)::type;
-    for (int first = 0; first < p.n_tokens; first += kMaxMatvecKernelTokens) {
-      launch_for_tokens<Dec>(p.token_slice(first, std::min(kMaxMatvecKernelTokens, p.n_tokens - first)));
-    }
+    launch_for_tokens<Dec>(p);
   });
 }
 
