@@ -1,4 +1,4 @@
-// Decode products: y[t] = W x[t] for up to 8 tokens, every weight read once
+// Decode products: y[t] = W x[t] for up to 16 tokens, every weight read once
 // for the whole batch.
 //
 // A block of 128 threads owns kRows consecutive rows (4; 2 for Q5_K and
@@ -17,7 +17,7 @@
 // kTokens is n_tokens rounded up to a power of two; the extra tokens re-read
 // the last token's x and are not stored.
 //
-// Lane-ordered x (4 to 8 tokens, the 16-value units of the block formats):
+// Lane-ordered x (4 to 16 tokens, the 16-value units of the block formats):
 // lanes take consecutive units, so in x as stored a lane's 16-byte load and
 // its neighbour's are 64 bytes apart and one warp-wide load touches 16 cache
 // lines (Nsight Compute: the L1 pipe 79% busy at 8 tokens, Q4_K). The
