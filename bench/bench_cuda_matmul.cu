@@ -13,8 +13,9 @@
 // real forward pass. Prints markdown tables; a third one times the kernels
 // behind each batch size (matvec kernel, decode-tile gemm, prefill-tile gemm)
 // through the internal launchers. `--profile [N]` runs one product of N tokens
-// (default 1) each of F16, Q8_0 and Q4_K at 11008x4096 and nothing else, for ncu; `--quick` only the decode
-// table of F16, Q8_0, Q4_K and Q4_0.
+// (default 1) each of F16, Q8_0 and Q4_K at 11008x4096 and nothing else, for
+// ncu; `--quick` only the decode table of F16, Q8_0, Q4_K and Q4_0;
+// `--choice` only the kernel-choice table.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

@@ -280,8 +280,8 @@ TEST_P(Matmul, MatvecMatchesCpu) {
 }
 
 // Fused decode products (a layer's Q, K and V in one launch): each part's
-// output equals the CPU's product of its rows, at 1 to 16 tokens (past 8 in
-// launches of 8).
+// output equals the CPU's product of its rows, at 1 to 16 tokens (9 to 16 in
+// one 16-token launch, or two of 8 for the K-quants).
 TEST_P(Matmul, FusedPartsMatchCpu) {
   for (const int64_t cols : test_cols(GetParam())) {
     const HostWeight w = random_weight(GetParam(), 37, cols, 11);

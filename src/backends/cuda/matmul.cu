@@ -214,7 +214,8 @@ void matvec(const DeviceWeight& w, const float* x, int n_tokens, float* y, const
   const mm::Product p = checked_product("matvec", w, x, n_tokens, y, residual, stream);
   if (p.rows == 0 || p.n_tokens == 0) return;
   if (p.cols == 0) return store_empty_product(p);
-  // Past 16 tokens the work goes to the gemm kernel (K steps of 16 or 32 columns).
+  // Past 16 tokens the work goes to the gemm kernel's decode tiles (K steps of
+  // 16 columns: cols % 32 is more than they need).
   if (!fast_path_fits(p) || (p.n_tokens > mm::kMaxMatvecKernelTokens && p.cols % 32 != 0)) {
     return mm::launch_scalar(p);
   }

@@ -1,13 +1,15 @@
 // Tiled FP32 GEMM that dequantizes W on the fly: prefill products (any
 // number of tokens), and decode batches of 17 to 32 tokens.
 //
-// A block computes a tile of rows x tokens, walking K in steps of 32 columns.
-// Per step each thread decodes 16 consecutive weights of one row (one or two
-// decoder units, matmul_decode.cuh) and loads a few float4s of one token's x,
-// and stores both K-major into shared memory (w_tile[k][row],
-// x_tile[k][token]; consecutive lanes write consecutive words). Each thread
-// then accumulates a register tile: per k, float4 loads of 4 rows (a
-// broadcast within the warp) and of 2 or 4 tokens feed 8 to 32 FMAs. The next
+// A block computes a tile of rows x tokens, walking K in steps of kTileK
+// columns (32 for prefill, 16 for the decode tiles). Per step each thread
+// decodes 16 consecutive weights of one row (one or two decoder units,
+// matmul_decode.cuh) and loads a few float4s of one token's x (one float2 in
+// the 16-token decode tile), and stores both K-major into shared memory
+// (w_tile[k][row], x_tile[k][token]; consecutive lanes write consecutive
+// words). Each thread then accumulates a register tile: per k, float4 loads
+// of 4 or 8 rows (a broadcast within the warp) and of 4 tokens feed 16 or 32
+// FMAs. The next
 // step's global loads are issued before the current step's math, so they
 // overlap it. Shapes (TileShape below): prefill 128 rows x 64 tokens with an
 // 8 x 4 register tile; decode 128 rows x 16 or 32 tokens with 4 x 4 or 8 x 4
@@ -53,9 +55,10 @@ struct TileShape {
 
 // Prefill: 128 rows x 64 tokens, 8 x 4 per thread.
 using PrefillShape = TileShape<128, 64, 32, 256, 2, 4>;
-// Decode batches of up to 16 (launch_matvec sends those to the matvec kernel
-// in launches of 8; the bench still times this tile) and 17..32 tokens: one
-// token tile covers the batch (every weight is read once). A thread's 4 x 4 or 8 x 4 register tile takes
+// Decode batches of up to 16 (launch_matvec sends those to the matvec kernel;
+// the bench still times this tile) and 17..32 tokens: one token tile covers
+// the batch (every weight is read once). A thread's 4 x 4 or 8 x 4 register
+// tile takes
 // two or three shared loads per 16 or 32 FMAs; the 32-row tiles with 4 x 1
 // and 4 x 2 that came before were bound by those loads (ncu: L1/shared pipe
 // 92% busy) and took 1.3-1.65x longer on an H200 (bench_cuda_matmul

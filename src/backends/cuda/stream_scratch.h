@@ -1,8 +1,8 @@
 // Scratch memory for one launch sequence on one stream, from the device's
 // stream-ordered memory pool (cudaMallocAsync / cudaFreeAsync): concurrent
 // streams never share it, and CUDA graphs capture it as allocation nodes.
-// Used by the split attention (its parts) and the split-K decode gemm (its
-// partial sums).
+// Used by the split attention (its parts), the split-K decode gemm (its
+// partial sums) and the matvec kernel (x copied into lane order).
 #pragma once
 
 #include <cuda_runtime_api.h>
