@@ -21,6 +21,12 @@ constexpr double kDecodeOutlier = 1.5;
 // a huge chunk), or a run of short prompts (cheap because they are short)
 // cannot make the next step carry a chunk many times any measured one.
 constexpr double kMaxGrowth = 2;
+// Steps within the budget before the chunk may probe its ceiling again: the
+// first wait, and the longest after failed probes double it (a probe that
+// hits a cost cliff slows the streams' step: a few in a thousand stay out of
+// their p99).
+constexpr int kFirstProbeWait = 16;
+constexpr int kLongestProbeWait = 512;
 }  // namespace
 
 PrefillPacer::PrefillPacer(int max_chunk, double slowdown)
@@ -67,21 +73,38 @@ void PrefillPacer::record(int n_decode, int n_prompt, double seconds) {
     chunk_ = 1;  // no extra time allowed: the least that still reads the prompt
     return;
   }
-  // If the extra time is about linear in prompt tokens, the chunk that takes
-  // exactly the allowed extra is n_prompt * allowed / measured extra. With a
-  // fixed cost per prompt-carrying step as well, repeating this converges to
-  // the right chunk all the same (the fixed point is where the step takes
-  // `slowdown` times the base). A step no slower than the base (noise, or
-  // prompt tokens that cost nothing here) says only "more fits": grow.
+  // The chunk that takes exactly the allowed extra, if the extra time is
+  // linear in prompt tokens: n_prompt * allowed / measured extra. The chunk
+  // moves toward it half way in the log domain, so a noisy step moves it by
+  // the square root of its error and a real change is followed within a few
+  // steps; but only down after a step over the budget (and below the size
+  // that went over) and only up, by at least a token, after a full chunk
+  // within it (the class comment says why). A step that carried fewer
+  // tokens than the chunk (a prompt's last piece) and stayed within the
+  // budget says nothing about the chunk. A step no slower than the base
+  // (noise, or prompt tokens that cost nothing here) says only "more fits".
   const double ratio = seconds / base;
   const double allowed = slowdown_ - 1;
-  const double grown = std::max(chunk_, kMaxGrowth * n_prompt);
-  double next = grown;
-  if (ratio > 1) {
-    const double estimate = n_prompt * allowed / (ratio - 1);
-    // Half way in the log domain: a noisy step moves the chunk by the square
-    // root of its error, and a real change is followed within a few steps.
-    next = std::min(grown, std::sqrt(chunk_ * estimate));
+  const double estimate = ratio > 1 ? n_prompt * allowed / (ratio - 1) : max_chunk_;
+  double next = chunk_;
+  if (ratio > slowdown_) {
+    if (ceiling_ == 0 || n_prompt < ceiling_) {
+      ceiling_ = n_prompt;
+      probe_interval_ = kFirstProbeWait;
+    } else if (n_prompt == ceiling_) {
+      probe_interval_ = std::min(2 * probe_interval_, kLongestProbeWait);  // a failed probe
+    }
+    probe_wait_ = probe_interval_;
+    next = std::min({chunk_, std::sqrt(chunk_ * estimate), n_prompt - 1.0});
+  } else if (n_prompt >= chunk()) {
+    if (ceiling_ != 0 && n_prompt >= ceiling_) ceiling_ = 0;  // a probe that fit: costs went down
+    double cap = std::max(chunk_, kMaxGrowth * n_prompt);
+    if (ceiling_ != 0) {
+      if (probe_wait_ > 0) --probe_wait_;
+      cap = std::min<double>(cap, probe_wait_ > 0 ? ceiling_ - 1 : ceiling_);
+    }
+    next = ratio <= 1 ? cap : std::min(cap, std::max(chunk_ + 1, std::sqrt(chunk_ * estimate)));
+    next = std::max(next, chunk_);  // within the budget: never smaller
   }
   chunk_ = std::clamp(next, 1.0, static_cast<double>(max_chunk_));
 }

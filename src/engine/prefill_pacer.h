@@ -8,6 +8,15 @@
 // decode tokens take without a prompt, and grows or shrinks the chunk until
 // a step with one takes about `slowdown` times that.
 //
+// The chunk only shrinks after a step over the budget and only grows, by at
+// least one token, after a full chunk within it: the size that fits is
+// estimated as if the extra time were linear in prompt tokens, and with a
+// fixed cost per prompt step (a GPU's second pass over the weights costs
+// about as much for 2 tokens as for 8) that estimate is too small, so a
+// chunk that shrank on it would sink to one token and stay there. A size
+// that went over the budget becomes a ceiling, probed again after a wait
+// that doubles with every probe that fails.
+//
 // The reference drifts while a prompt is read: every step lengthens the
 // streams' contexts, and their attention with it (on the CPU with
 // TinyStories a decode-only step of 8 streams goes from 0.5 ms at 20
@@ -59,6 +68,13 @@ class PrefillPacer {
   double chunk_;                          // fractional, so small corrections accumulate
   std::map<int, double> decode_seconds_;  // decode tokens -> smoothed step seconds
   int steps_since_reference_ = 0;         // steps with decode and prompt tokens since a decode-only one
+  // The smallest chunk seen over the budget (0: none): the chunk stays below
+  // it, except for one probe after probe_wait_ more steps within the budget
+  // (the wait doubles after each probe that fails, so that a cost cliff just
+  // above the chunk is seldom touched, and starts over when costs change).
+  int ceiling_ = 0;
+  int probe_interval_ = 0;
+  int probe_wait_ = 0;
 };
 
 }  // namespace m40::engine
