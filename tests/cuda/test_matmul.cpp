@@ -272,7 +272,7 @@ class Matmul : public ::testing::TestWithParam<TensorType> {
 TEST_P(Matmul, MatvecMatchesCpu) {
   for (const int64_t cols : test_cols(GetParam())) {
     const HostWeight w = random_weight(GetParam(), 37, cols, static_cast<uint32_t>(cols));
-    for (const int n : {1, 2, 3, 7, 8, 16, 32}) expect_matches_cpu(w, n, Kernel::Matvec);
+    for (const int n : {1, 2, 3, 7, 8, 12, 16, 24, 32}) expect_matches_cpu(w, n, Kernel::Matvec);
   }
   // A single row, and more rows than a block holds with a partial last block.
   expect_matches_cpu(random_weight(GetParam(), 1, 512, 5), 1, Kernel::Matvec);

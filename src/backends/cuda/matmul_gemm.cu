@@ -1,5 +1,6 @@
 // Tiled FP32 GEMM that dequantizes W on the fly: prefill products (any
-// number of tokens), and decode batches of 17 to 32 tokens.
+// number of tokens), and decode batches of 17 to 32 tokens (but Q8_0, Q4_0
+// and IQ4_NL: matmul_matvec.cu).
 //
 // A block computes a tile of rows x tokens, walking K in steps of kTileK
 // columns (32 for prefill, 16 for the decode tiles). Per step each thread

@@ -43,7 +43,9 @@ struct Product {
     const size_t t = static_cast<size_t>(first);
     slice.n_tokens = count;
     slice.x = x + t * static_cast<size_t>(cols);
-    slice.y = y + t * static_cast<size_t>(rows);
+    // A fused product writes through its parts only (y is the first part's
+    // array, fewer rows than the product: no pointer past it is formed).
+    if (parts.n == 0) slice.y = y + t * static_cast<size_t>(rows);
     if (residual != nullptr) slice.residual = residual + t * static_cast<size_t>(rows);
     for (int i = 0; i < parts.n; ++i) {
       const int part_rows = parts.end[i] - (i == 0 ? 0 : parts.end[i - 1]);
@@ -93,7 +95,8 @@ inline constexpr bool kGenericDecoder<DecodeGeneric<Block>> = true;
 // kernel up to kMaxMatvecKernelTokens (8 a launch; 9 to 16 in one launch of
 // 16, or two of 8 for the K-quants: cheaper than one gemm tile on an H200,
 // Q8_0 11008x4096 at 16 tokens 73 us against 143), the gemm kernel with one
-// token tile above (launch_gemm_decode; cols % 32 == 0).
+// token tile above (launch_gemm_decode; cols % 32 == 0), except for Q8_0,
+// Q4_0 and IQ4_NL, which take two matvec launches there too.
 inline constexpr int kMaxMatvecKernelTokens = 16;
 void launch_matvec(const Product& p);
 void launch_gemm_decode(const Product& p);

@@ -17,25 +17,28 @@
 // kTokens is n_tokens rounded up to a power of two; the extra tokens re-read
 // the last token's x and are not stored.
 //
-// Lane-ordered x (4 to 16 tokens, the 16-value units of the block formats):
-// lanes take consecutive units, so in x as stored a lane's 16-byte load and
-// its neighbour's are 64 bytes apart and one warp-wide load touches 16 cache
+// Lane-ordered x (3 to 16 tokens, that is kTokens 4 to 16, the 16-value
+// units of the block formats, where the device has a memory pool): lanes
+// take consecutive units, so in x as stored a lane's 16-byte load and its
+// neighbour's are 64 bytes apart and one warp-wide load touches 16 cache
 // lines (Nsight Compute: the L1 pipe 79% busy at 8 tokens, Q4_K). The
 // launcher first copies x into lane order (permute_x_kernel): within each
 // group of 32 units, value 4 j + i of unit l goes to 128 j + 4 l + i, so a
 // warp's load of quarter j of its units reads 512 consecutive bytes. 8-token
 // products got 25-35% faster on an H200 (Q8_0, Q4_0, Q4_K at 11008x4096:
-// 60/57/68 -> 42/39/48 us); F16 (8-value units) gained nothing. A lane issues the loads of 1, 2 or 4
-// units (by the size of the decoder's registers) before it computes on them:
-// an H200 needs some 3 MB in flight to approach its bandwidth, an M40 about
-// 150 KB.
+// 60/57/68 -> 41/41/47 us); F16 (8-value units) gained nothing.
+//
+// A lane issues the loads of 1, 2 or 4 units (by the size of the decoder's
+// registers) before it computes on them: an H200 needs some 3 MB in flight
+// to approach its bandwidth, an M40 about 150 KB.
 //
 // Batches of 9 to 16 tokens run as one launch of 16 (two of 8 for the
 // K-quants, each reading the weights: on an H200 still cheaper than one gemm
-// tile, matmul_internal.cuh); 17 to
-// 32 are compute-bound on the M40 (32 FMAs per weight byte at F16) and keep
-// more sums than registers allow here; they go to the gemm kernel with a
-// single token tile (matmul_gemm.cu), which reads every weight once.
+// tile). 17 to 32 are compute-bound on the M40 (32 FMAs per weight byte at
+// F16) and keep more sums than registers allow here; they go to the gemm
+// kernel with a single token tile (matmul_gemm.cu), which reads every weight
+// once, except for the 2-byte-aligned block formats (Q8_0, Q4_0, IQ4_NL),
+// whose tile loads cost more than a second matvec launch (kMatvecPast16).
 #include <algorithm>
 #include <type_traits>
 
@@ -86,7 +89,7 @@ constexpr int kQuarterStride = 4 * kGroupUnits;
 // Values 8 piece .. 8 piece + 7 of the unit at column `col` of an x row,
 // through the read-only path: consecutive in x as stored; in lane order,
 // quarters 2 piece and 2 piece + 1 of the unit, whose place is col + delta +
-// 128 j with the lane's constant delta (lane_order_delta).
+// 128 j with the lane's constant delta (matvec_kernel's `delta`).
 template <bool kLaneOrder>
 __device__ __forceinline__ void load_x8(const float* __restrict__ x_row, int col, int piece, int delta,
                                         float (&xv)[8]) {
@@ -452,11 +455,21 @@ void launch_for_tokens(const Product& p) {
 
 }  // namespace
 
+// Formats whose 17-32-token products run as two matvec launches rather than
+// one gemm tile: the 2-byte-aligned blocks, which the tile loads with many
+// small loads (H200, 32 tokens: Q8_0 11008x4096 147 us against 168,
+// 4096x4096 62 against 69). The others are faster in the tile.
+template <class Dec>
+inline constexpr bool kMatvecPast16 =
+    std::is_same_v<Dec, DecodeQ8_0> || std::is_same_v<Dec, DecodeQ4_0> || std::is_same_v<Dec, DecodeIQ4_NL>;
+
 void launch_matvec(const Product& p) {
-  if (p.n_tokens > kMaxMatvecKernelTokens) return launch_gemm_decode(p);
   visit_decoder(p.type, [&](auto tag) {
     using Dec = typename decltype(tag)::type;
-    launch_for_tokens<Dec>(p);
+    if (p.n_tokens <= kMaxMatvecKernelTokens) return launch_for_tokens<Dec>(p);
+    if (!kMatvecPast16<Dec>) return launch_gemm_decode(p);
+    launch_for_tokens<Dec>(p.token_slice(0, kMaxMatvecKernelTokens));
+    launch_for_tokens<Dec>(p.token_slice(kMaxMatvecKernelTokens, p.n_tokens - kMaxMatvecKernelTokens));
   });
 }
 
