@@ -34,7 +34,9 @@ function parseArgs(argv) {
 }
 
 function startServer(o) {
-  const maxClients = Math.max(...o.levels);
+  // Slots for the largest level, and for the 8 streams plus the long prompt
+  // of the last experiment (else that prompt waits in the queue).
+  const maxClients = Math.max(...o.levels, 8 + 1);
   const args = ['serve', o.model, '--port', '0', '--parallel', String(maxClients), '--queue', String(maxClients),
                 '--ctx', String(o.longPrompt + o.tokens + 64)];
   if (o.cpu) args.push('--cpu');
