@@ -85,7 +85,7 @@ void PrefillPacer::record(int n_decode, int n_prompt, double seconds) {
   // (noise, or prompt tokens that cost nothing here) says only "more fits".
   const double ratio = seconds / base;
   const double allowed = slowdown_ - 1;
-  const double estimate = ratio > 1 ? n_prompt * allowed / (ratio - 1) : max_chunk_;
+  const double estimate = ratio > 1 ? n_prompt * allowed / (ratio - 1) : 0;  // used only when ratio > 1
   double next = chunk_;
   if (ratio > slowdown_) {
     if (ceiling_ == 0 || n_prompt < ceiling_) {
