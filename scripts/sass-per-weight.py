@@ -17,9 +17,9 @@ funcs = re.split(r'\n\s*Function : ', txt)
 for f in funcs[1:]:
     name = f.split('\n')[0].strip()
     dem = subprocess.run(['c++filt', name], capture_output=True, text=True).stdout.strip()
-    m = re.search(r'matvec_kernel<m40::cuda::mm::(\w+(?:<[^>]*>)?), (\d+), (\d+), (\d+), (\d+)>', dem)
+    m = re.search(r'matvec_kernel<m40::cuda::mm::(\w+(?:<[^>]*>)?), (\d+), (\d+), (\d+), (\d+)(?:, (true|false))?>', dem)
     if not m: continue
-    dec, T, R, L, U = m.groups()
+    dec, T, R, L, U, lane_order = m.groups()
     ins = []
     for line in f.split('\n'):
         mm = re.search(r'/\*([0-9a-f]{4,5})\*/\s*\{?\s*(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;}]*)[;}]', line)
@@ -32,8 +32,8 @@ for f in funcs[1:]:
     if not loops: continue
     lo, hi = max(loops, key=lambda l: l[1] - l[0])
     body = [op for a, op, _ in ins if lo <= a <= hi and op not in ('NOP',)]
-    unit = 8 if dec in ('DecodeF16', 'DecodeBF16', 'DecodeF32') else 16
+    unit = {'DecodeF16': 8, 'DecodeBF16': 8, 'DecodeF32': 8, 'DecodeQ4_KWide': 32, 'DecodeQ6_KWide': 64}.get(dec, 16)  # kUnit
     weights = int(U) * int(R) * unit
     c = Counter(o.split('.')[0] for o in body)
-    print(f"{dec:10s} T={T} rows={R} units/round={U}: {len(body)} instr per trip, {weights} weights -> {len(body)/weights:.2f} per weight; "
+    print(f"{dec:10s} T={T} rows={R} units/round={U}{' lane-ordered' if lane_order == 'true' else ''}: {len(body)} instr per trip, {weights} weights -> {len(body)/weights:.2f} per weight; "
           + ', '.join(f'{k} {v}' for k, v in c.most_common(8)))

@@ -321,6 +321,12 @@ TEST_P(Matmul, LargerProducts) {
   expect_matches_cpu(w, 1, Kernel::Matvec);
   expect_matches_cpu(w, 8, Kernel::Matvec);
   expect_matches_cpu(w, 100, Kernel::Gemm);
+  // Wider than 64 of the wide decoders' 64-value units (a 7B down
+  // projection is 11008 wide): their whole-block groups of 128 lanes, with
+  // lanes past the row's end.
+  const HostWeight wide = random_weight(GetParam(), 70, 4864, 14);
+  expect_matches_cpu(wide, 1, Kernel::Matvec);
+  expect_matches_cpu(wide, 2, Kernel::Matvec);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, Matmul, ::testing::ValuesIn(all_types()),

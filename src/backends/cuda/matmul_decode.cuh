@@ -49,6 +49,17 @@ __device__ __forceinline__ uint4 load_16_align2(const uint8_t* p) {
                     __funnelshift_r(w2, w3, shift), __funnelshift_r(w3, w4, shift));
 }
 
+// 8 bytes at an address that is only 2-byte aligned, as two little-endian
+// words; reads no byte outside p[-2..7].
+__device__ __forceinline__ uint2 load_8_align2(const uint8_t* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(address & ~uintptr_t{3});
+  const uint32_t shift = static_cast<uint32_t>(address & 2u) * 8u;  // 0 or 16
+  const uint32_t w0 = load_4(base), w1 = load_4(base + 4);
+  const uint32_t w2 = load_2(base + (shift != 0 ? 8 : 4));  // p[6..7]; only used when misaligned
+  return make_uint2(__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift));
+}
+
 // ---------------------------------------------------------------------------
 // Small integers to floats, exactly: 0x4B000000 | v is the float 2^23 + v for
 // v < 2^23, so one byte permute (or logic op) and one add replace a
@@ -81,18 +92,17 @@ __device__ __forceinline__ void bytes_to_floats(uint32_t word, float bias, float
   w[0] *= scale, w[1] *= scale, w[2] *= scale, w[3] *= scale;
 }
 
-// 1 + byte / 128 for the four bytes of `word` (each below 128), in order:
-// one byte permute each builds the float [0, 0, 0x80 | byte, 0x3F], whose
-// top mantissa bits hold the byte. The fraction quants of the factored
-// decoders below: dot(1 + q / 128, x) - sum(x) = dot(q, x) / 128 saves the
-// subtraction the 2^23 trick needs, for about 7 of the 24 bits of the
+// 1/2 + byte / 256 for the four bytes of `word` (each below 128), in order:
+// one byte permute each builds the float [0, 0, byte, 0x3F] (exponent 0x7E,
+// the byte in the top mantissa bits). The fraction quants of the factored
+// decoders below: dot(1/2 + q / 256, x) - sum(x) / 2 = dot(q, x) / 256 saves
+// the subtraction the 2^23 trick needs, for about 7 of the 24 bits of the
 // unit's dot product (still exact products, FP32 sums).
 __device__ __forceinline__ void bytes_to_fractions(uint32_t word, float* m) {
-  const uint32_t bytes = word | 0x80808080u;  // 0x80: the exponent's low bit
-  m[0] = __uint_as_float(__byte_perm(bytes, 0x3F000000u, 0x7054u));
-  m[1] = __uint_as_float(__byte_perm(bytes, 0x3F000000u, 0x7154u));
-  m[2] = __uint_as_float(__byte_perm(bytes, 0x3F000000u, 0x7254u));
-  m[3] = __uint_as_float(__byte_perm(bytes, 0x3F000000u, 0x7354u));
+  m[0] = __uint_as_float(__byte_perm(word, 0x3F000000u, 0x7054u));
+  m[1] = __uint_as_float(__byte_perm(word, 0x3F000000u, 0x7154u));
+  m[2] = __uint_as_float(__byte_perm(word, 0x3F000000u, 0x7254u));
+  m[3] = __uint_as_float(__byte_perm(word, 0x3F000000u, 0x7354u));
 }
 
 // fma(scale, byte, -offset) for the four bytes of `word` (the K-quant formula).
@@ -156,10 +166,15 @@ __device__ __forceinline__ quant::ScaleMin k_scale_min(const uint4& header, int 
   return {static_cast<int>((b3 & 0xF) | ((b1 >> 6) << 4)), static_cast<int>((b3 >> 4) | ((b2 >> 6) << 4))};
 }
 
+// A small non-negative integer (below 2^23) as a float, exactly: a logic op
+// and an add instead of a quarter-rate conversion.
+__device__ __forceinline__ float small_uint_to_float(uint32_t v) { return __uint_as_float(0x4B000000u | v) - kTwo23; }
+
 // {d * scale, dmin * min} of sub-block s: value = scale * q - offset.
 __device__ __forceinline__ float2 k_unit_scale(const uint4& header, int s) {
   const quant::ScaleMin sm = k_scale_min(header, s);
-  return {widen_half(header.x) * static_cast<float>(sm.scale), widen_half(header.x >> 16) * static_cast<float>(sm.min)};
+  return {widen_half(header.x) * small_uint_to_float(static_cast<uint32_t>(sm.scale)),
+          widen_half(header.x >> 16) * small_uint_to_float(static_cast<uint32_t>(sm.min))};
 }
 
 // ---------------------------------------------------------------------------
@@ -180,11 +195,26 @@ __device__ __forceinline__ float2 k_unit_scale(const uint4& header, int s) {
 // sum(x), shared by all rows) once per unit, instead of decoding every value.
 //   quants<piece>(raw, unit, q)      q of values 8 piece .. 8 piece + 7:
 //                                    the signed quant, exact (Q8_0, IQ4_NL),
-//                                    or with kFractionQuants 1 + q / 128 for
-//                                    the unsigned stored quant q < 128
+//                                    or with kFractionQuants 1/2 + q / 256
+//                                    for the unsigned stored quant q < 128
 //                                    (Q4_0, Q4_K, Q5_K, Q6_K)
-//   unit_scale(raw, unit)            {scale, offset}: value = scale * q -
+//   kScaleGroups                     scales per unit: group g is pieces
+//                                    g * n .. g * n + n - 1 (n = pieces per
+//                                    group); 1 but for the wide decoders
+//   unit_scale(raw, unit, group)     {scale, offset}: value = scale * q -
 //                                    offset (offset 0 for the signed ones)
+//   piece_offset(unit, piece)        (optional) the column of value 8 piece
+//                                    relative to the unit's first column
+//                                    kUnit * unit, when a unit's values are
+//                                    not consecutive columns
+//
+// The wide decoders (DecodeXxxWide, one and two tokens only) use every byte
+// a lane loads: the 16-value units of Q4_K and Q4_0 use one nibble of each
+// byte they load, Q6_K a quarter of its high-bit bytes, and Q4_K loads its
+// 16-byte header once per 16 weights. Their units cover scattered columns
+// (piece_offset) so that neighbouring lanes still read x from the same
+// 128-byte lines. They cut the decode loop's instructions per weight by a
+// fifth to a third (docs/cuda-kernels.md).
 
 struct DecodeF32 {
   static constexpr bool kFactored = false;
@@ -259,13 +289,14 @@ struct DecodeQ8_0 {
   }
   static constexpr bool kFactored = true;
   static constexpr bool kFractionQuants = false;
+  static constexpr int kScaleGroups = 1;
   template <int piece>
   __device__ static void quants(const Raw& raw, int, float* q) {
     // q + 128 as an unsigned byte, so the float trick applies; bias 2^23 + 128.
     bytes_to_ints(word_of<2 * piece>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, q);
     bytes_to_ints(word_of<2 * piece + 1>(raw.qs) ^ 0x80808080u, kTwo23 + 128.0f, q + 4);
   }
-  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.d, 0.0f}; }
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.d, 0.0f}; }
 };
 
 // Q4_0 and IQ4_NL: unit h is the 16 low (h = 0) or high (h = 1) nibbles of a
@@ -290,13 +321,14 @@ struct DecodeQ4_0 {
   }
   static constexpr bool kFactored = true;
   static constexpr bool kFractionQuants = true;
+  static constexpr int kScaleGroups = 1;
   template <int piece>
   __device__ static void quants(const Raw& raw, int unit, float* q) {
     const bool high = (unit & 1) != 0;
     bytes_to_fractions(nibbles(word_of<2 * piece>(raw.qs), high), q);
     bytes_to_fractions(nibbles(word_of<2 * piece + 1>(raw.qs), high), q + 4);
   }
-  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.d, 8.0f * raw.d}; }  // d * (q - 8)
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.d, 8.0f * raw.d}; }  // d * (q - 8)
 };
 
 struct DecodeIQ4_NL {
@@ -316,13 +348,14 @@ struct DecodeIQ4_NL {
   }
   static constexpr bool kFactored = true;
   static constexpr bool kFractionQuants = false;  // levels are signed bytes
+  static constexpr int kScaleGroups = 1;
   template <int piece>
   __device__ static void quants(const Raw& raw, int unit, float* q) {
     const bool high = (unit & 1) != 0;
     bytes_to_ints(iq4_levels_biased(nibbles(word_of<2 * piece>(raw.qs), high)), kTwo23 + 128.0f, q);
     bytes_to_ints(iq4_levels_biased(nibbles(word_of<2 * piece + 1>(raw.qs), high)), kTwo23 + 128.0f, q + 4);
   }
-  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.d, 0.0f}; }
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.d, 0.0f}; }
 };
 
 // Q4_K: a unit is 16 values of sub-block s (unit in block = 2 s + h):
@@ -351,13 +384,14 @@ struct DecodeQ4_K {
   }
   static constexpr bool kFactored = true;
   static constexpr bool kFractionQuants = true;
+  static constexpr int kScaleGroups = 1;
   template <int piece>
   __device__ static void quants(const Raw& raw, int unit, float* q) {
     const bool high = ((unit >> 1) & 1) != 0;
     bytes_to_fractions(nibbles(word_of<2 * piece>(raw.qs), high), q);
     bytes_to_fractions(nibbles(word_of<2 * piece + 1>(raw.qs), high), q + 4);
   }
-  __device__ static float2 unit_scale(const Raw& raw, int unit) { return k_unit_scale(raw.header, unit >> 1); }
+  __device__ static float2 unit_scale(const Raw& raw, int unit, int) { return k_unit_scale(raw.header, unit >> 1); }
 };
 
 // Q5_K: as Q4_K, with the fifth bit s of qh[16h + l].
@@ -393,13 +427,14 @@ struct DecodeQ5_K {
   }
   static constexpr bool kFactored = true;
   static constexpr bool kFractionQuants = true;
+  static constexpr int kScaleGroups = 1;
   template <int piece>
   __device__ static void quants(const Raw& raw, int unit, float* q) {
     const int s = unit >> 1;
     bytes_to_fractions(quant_bytes<piece>(raw, s, 0), q);
     bytes_to_fractions(quant_bytes<piece>(raw, s, 1), q + 4);
   }
-  __device__ static float2 unit_scale(const Raw& raw, int unit) { return k_unit_scale(raw.header, unit >> 1); }
+  __device__ static float2 unit_scale(const Raw& raw, int unit, int) { return k_unit_scale(raw.header, unit >> 1); }
 };
 
 // Q6_K: unit sb is sub-block sb (16 values, i = 16 sb + j): with n = sb / 8,
@@ -438,13 +473,154 @@ struct DecodeQ6_K {
   }
   static constexpr bool kFactored = true;
   static constexpr bool kFractionQuants = true;
+  static constexpr int kScaleGroups = 1;
   template <int piece>
   __device__ static void quants(const Raw& raw, int unit, float* q) {
     const int g = (unit >> 1) & 3;
     bytes_to_fractions(quant_bytes<piece>(raw, g, 0), q);
     bytes_to_fractions(quant_bytes<piece>(raw, g, 1), q + 4);
   }
-  __device__ static float2 unit_scale(const Raw& raw, int) { return {raw.scale, 32.0f * raw.scale}; }  // (q - 32)
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.scale, 32.0f * raw.scale}; }  // (q - 32)
+};
+
+// Q4_0 and IQ4_NL, wide: unit h (0, 1) is the 8 bytes qs[8h .. 8h + 7]
+// with both nibbles: values 8h .. 8h + 7 (low nibbles) and 16 + 8h .. 23 +
+// 8h (high). The two lanes of a block still read x within one 128-byte line.
+struct DecodeQ4_0Wide {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockQ4_0;
+  static constexpr int kUnitsPerBlock = 2;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint2 qs;
+    float d;
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    return {load_8_align2(block + offsetof(Block, qs) + 8 * unit), widen_half(load_2(block))};
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = true;
+  static constexpr int kScaleGroups = 1;
+  __device__ static int piece_offset(int unit, int piece) { return 16 * piece - 8 * unit; }
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int, float* q) {
+    bytes_to_fractions(nibbles(raw.qs.x, piece == 1), q);
+    bytes_to_fractions(nibbles(raw.qs.y, piece == 1), q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.d, 8.0f * raw.d}; }  // d * (q - 8)
+};
+
+struct DecodeIQ4_NLWide {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockIQ4_NL;
+  static constexpr int kUnitsPerBlock = 2;
+  static constexpr int kBlockBytes = sizeof(Block);
+  using Raw = DecodeQ4_0Wide::Raw;
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    return {load_8_align2(block + offsetof(Block, qs) + 8 * unit), widen_half(load_2(block))};
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = false;  // levels are signed bytes
+  static constexpr int kScaleGroups = 1;
+  __device__ static int piece_offset(int unit, int piece) { return 16 * piece - 8 * unit; }
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int, float* q) {
+    bytes_to_ints(iq4_levels_biased(nibbles(raw.qs.x, piece == 1)), kTwo23 + 128.0f, q);
+    bytes_to_ints(iq4_levels_biased(nibbles(raw.qs.y, piece == 1)), kTwo23 + 128.0f, q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.d, 0.0f}; }
+};
+
+// Q4_K, wide: unit u (0..7), with c = u / 2 and h = u % 2, is the 16 bytes
+// qs[32c + 16h .. + 15] with both nibbles: values 64c + 16h + j of sub-block
+// 2c (low nibbles) and 64c + 32 + 16h + j of sub-block 2c + 1 (high), j =
+// 0..15. One header per 32 weights, and the two lanes of a 32-byte chunk read
+// x within one 128-byte line.
+struct DecodeQ4_KWide {
+  static constexpr int kUnit = 32;
+  using Block = quant::BlockQ4_K;
+  static constexpr int kUnitsPerBlock = 8;
+  static constexpr int kBlockBytes = sizeof(Block);
+  using Raw = DecodeQ4_K::Raw;
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    return {load_16(block), load_16(block + offsetof(Block, qs) + 16 * unit)};
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = true;
+  static constexpr int kScaleGroups = 2;
+  // Piece p: values j = 8 (p % 2) .. + 7 of sub-block 2c + p / 2; the unit's
+  // first column is 64c + 32h.
+  __device__ static int piece_offset(int unit, int piece) { return 32 * (piece >> 1) - 16 * (unit & 1) + 8 * (piece & 1); }
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int, float* q) {
+    constexpr bool kHigh = piece >= 2;
+    bytes_to_fractions(nibbles(word_of<2 * (piece % 2)>(raw.qs), kHigh), q);
+    bytes_to_fractions(nibbles(word_of<2 * (piece % 2) + 1>(raw.qs), kHigh), q + 4);
+  }
+  // k_scale_min for sub-block s = 2c + group, four sub-blocks at a time in
+  // the bytes of a word: masks chosen by c (lane-constant) select the
+  // packing of sub-blocks 0..3 or 4..7, and a byte permute with the 2^23
+  // trick turns byte s % 4 into a float without a conversion instruction.
+  __device__ static float2 unit_scale(const Raw& raw, int unit, int group) {
+    const bool low_half = unit < 4;  // sub-blocks 0..3
+    const uint32_t own = low_half ? 0x3F3F3F3Fu : 0u;        // scales[s], scales[s + 4]: 6 bits
+    const uint32_t packed = low_half ? 0u : 0x0F0F0F0Fu;     // nibbles of scales[s + 4] (s >= 4)
+    const uint32_t top = low_half ? 0u : 0x30303030u;        // top 2 bits of scales[s - 4], scales[s]
+    const uint32_t scales = (raw.header.y & own) | (raw.header.w & packed) | ((raw.header.y >> 2) & top);
+    const uint32_t mins = (raw.header.z & own) | ((raw.header.w >> 4) & packed) | ((raw.header.z >> 2) & top);
+    const uint32_t selector = 0x4550u | static_cast<uint32_t>((2 * (unit >> 1) + group) & 3);
+    const float d = widen_half(raw.header.x), dmin = widen_half(raw.header.x >> 16);
+    // d * (2^23 + v) - d * 2^23 = d * v, rounded once as d * v is.
+    return {fmaf(d, __uint_as_float(__byte_perm(scales, 0x4Bu, selector)), -d * kTwo23),
+            fmaf(dmin, __uint_as_float(__byte_perm(mins, 0x4Bu, selector)), -dmin * kTwo23)};
+  }
+};
+
+// Q6_K, wide: unit u (0..3), with n = u / 2 and h = u % 2, is the 64 values
+// 128n + 32g + 16h + j (g = 0..3, j = 0..15): sub-blocks 8n + 2g + h. Their
+// low bits fill the 32 bytes ql[64n + 16h ..] and ql[64n + 32 + 16h ..]
+// (g = 0, 1 in the low nibbles, 2, 3 in the high ones), their high bits the
+// 16 bytes qh[32n + 16h ..]: every byte loaded is used.
+struct DecodeQ6_KWide {
+  static constexpr int kUnit = 64;
+  using Block = quant::BlockQ6_K;
+  static constexpr int kUnitsPerBlock = 4;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint4 ql[2];  // ql[64n + 16h ..], ql[64n + 32 + 16h ..]
+    uint4 qh;     // qh[32n + 16h ..]
+    float scale[4];  // d * scales[8n + 2g + h], g = 0..3
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    const int n = unit >> 1, h = unit & 1;
+    const uint8_t* ql = block + offsetof(Block, ql) + 64 * n + 16 * h;
+    const uint8_t* scales = block + offsetof(Block, scales) + 8 * n + h;
+    const float d = widen_half(load_2(block + offsetof(Block, d)));
+    Raw raw{{load_16_align2(ql), load_16_align2(ql + 32)},
+            load_16_align2(block + offsetof(Block, qh) + 32 * n + 16 * h),
+            {}};
+#pragma unroll
+    for (int g = 0; g < 4; ++g) raw.scale[g] = d * static_cast<float>(static_cast<int8_t>(__ldg(scales + 2 * g)));
+    return raw;
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = true;
+  static constexpr int kScaleGroups = 4;
+  // Piece p: g = p / 2, values j = 8 (p % 2) .. + 7.
+  __device__ static int piece_offset(int unit, int piece) { return 32 * (piece >> 1) - 48 * (unit & 1) + 8 * (piece & 1); }
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int, float* q) {
+    constexpr int kGroup = piece / 2;
+    constexpr int kWord = 2 * (piece % 2);
+    const uint4& ql = raw.ql[kGroup % 2];
+    const uint32_t low0 = nibbles(word_of<kWord>(ql), kGroup >= 2);
+    const uint32_t low1 = nibbles(word_of<kWord + 1>(ql), kGroup >= 2);
+    bytes_to_fractions(low0 | (((word_of<kWord>(raw.qh) >> (2 * kGroup)) & 0x03030303u) << 4), q);
+    bytes_to_fractions(low1 | (((word_of<kWord + 1>(raw.qh) >> (2 * kGroup)) & 0x03030303u) << 4), q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int group) {
+    return {raw.scale[group], 32.0f * raw.scale[group]};  // (q - 32) * scale
+  }
 };
 
 // Every other block format: quant::dequantize_value, value by value, straight

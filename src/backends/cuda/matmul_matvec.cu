@@ -32,6 +32,15 @@
 // registers) before it computes on them: an H200 needs some 3 MB in flight
 // to approach its bandwidth, an M40 about 150 KB.
 //
+// One and two tokens of Q4_0, IQ4_NL, Q4_K and Q6_K use the wide decoders
+// (matmul_decode.cuh), whose units use every byte a lane loads: 22-34% fewer
+// instructions per weight, and on an H200 4-21% faster at one token (Q4_K
+// 11008x4096 17.7 -> 16.1 us, Q6_K 26.3 -> 20.7), 1-33% at two. Their units
+// cover scattered columns chosen so that the two lanes of a 32-byte chunk
+// still read x within one 128-byte line: a first version with 64
+// consecutive columns per lane made every x load touch 32 lines and was
+// 10-30% slower than the old decoders.
+//
 // Batches of 9 to 16 tokens run as one launch of 16 (two of 8 for the
 // K-quants, each reading the weights: on an H200 still cheaper than one gemm
 // tile). 17 to 32 are compute-bound on the M40 (32 FMAs per weight byte at
@@ -41,6 +50,7 @@
 // whose tile loads cost more than a second matvec launch (kMatvecPast16).
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/matmul_internal.cuh"
@@ -87,13 +97,14 @@ constexpr int kGroupUnits = 32;
 constexpr int kQuarterStride = 4 * kGroupUnits;
 
 // Values 8 piece .. 8 piece + 7 of the unit at column `col` of an x row,
-// through the read-only path: consecutive in x as stored; in lane order,
+// through the read-only path: in x as stored at col + offset (8 piece but
+// for units of scattered columns, piece_offset below); in lane order,
 // quarters 2 piece and 2 piece + 1 of the unit, whose place is col + delta +
 // 128 j with the lane's constant delta (matvec_kernel's `delta`).
 template <bool kLaneOrder>
-__device__ __forceinline__ void load_x8(const float* __restrict__ x_row, int col, int piece, int delta,
+__device__ __forceinline__ void load_x8(const float* __restrict__ x_row, int col, int piece, int offset, int delta,
                                         float (&xv)[8]) {
-  const float* p = kLaneOrder ? x_row + col + delta + 2 * kQuarterStride * piece : x_row + col + 8 * piece;
+  const float* p = kLaneOrder ? x_row + col + delta + 2 * kQuarterStride * piece : x_row + col + offset;
   const float4 a = __ldg(reinterpret_cast<const float4*>(p));
   const float4 b = __ldg(reinterpret_cast<const float4*>(p + (kLaneOrder ? kQuarterStride : 4)));
   xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
@@ -113,7 +124,7 @@ __device__ __forceinline__ void accumulate_piece(const typename Dec::Raw* raw, i
 #pragma unroll
   for (int t = 0; t < kTokens; ++t) {
     float xv[8];
-    load_x8<kLaneOrder>(x + min(t, last_token) * x_stride, col, piece, delta, xv);
+    load_x8<kLaneOrder>(x + min(t, last_token) * x_stride, col, piece, 8 * piece, delta, xv);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -135,58 +146,83 @@ __device__ __forceinline__ void accumulate_unit(const typename Dec::Raw* raw, in
   }
 }
 
-// The factored form of accumulate_unit (matmul_decode.cuh): per row and
-// token, dot(q, x) over the unit's 16 values, then acc += scale * dot for
-// the signed quants; for the fraction quants (q' = 1 + q / 128),
-// acc += 128 scale (dot(q', x) - sum(x)) - offset * sum(x), the sum of x
+// Calls f(std::integral_constant<int, i>{}) for i = 0 .. kCount - 1: loops
+// whose index must be a template argument.
+template <class F, int... i>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, i...>) {
+  (f(std::integral_constant<int, i>{}), ...);
+}
+template <int kCount, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl(f, std::make_integer_sequence<int, kCount>{});
+}
+
+// Where value 8 piece of a unit lies, relative to the unit's first column.
+template <class Dec, class = void>
+struct HasPieceOffset : std::false_type {};
+template <class Dec>
+struct HasPieceOffset<Dec, std::void_t<decltype(Dec::piece_offset(0, 0))>> : std::true_type {};
+template <class Dec>
+__device__ __forceinline__ int piece_offset(int unit, int piece) {
+  if constexpr (HasPieceOffset<Dec>::value) return Dec::piece_offset(unit, piece);
+  return 8 * piece;
+}
+
+// The factored form of accumulate_unit (matmul_decode.cuh): per row, token
+// and scale group, dot(q, x) over the group's values, then acc += scale *
+// dot for the signed quants; for the fraction quants (q' = 1/2 + q / 256),
+// acc += 256 scale (dot(q', x) - sum(x) / 2) - offset * sum(x), the sum of x
 // shared by all rows. Two or three instructions per weight (byte permute,
 // FMA; a subtraction for the signed quants) instead of four or five.
 template <class Dec, bool kLaneOrder, int kTokens, int kRows>
 __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw* raw, int unit,
                                                          const float* __restrict__ x, int x_stride, int col, int delta,
                                                          int last_token, float (&acc)[kTokens * kRows]) {
-  float dot[kTokens * kRows];
-  float x_sum[kTokens];
+  constexpr int kPiecesPerGroup = Dec::kUnit / 8 / Dec::kScaleGroups;
+  static_assert(!kLaneOrder || !HasPieceOffset<Dec>::value, "lane order: units of consecutive columns");
+  static_for<Dec::kScaleGroups>([&](auto group_constant) {
+    constexpr int kGroup = decltype(group_constant)::value;
+    float dot[kTokens * kRows];
+    float x_sum[kTokens];
 #pragma unroll
-  for (int i = 0; i < kTokens * kRows; ++i) dot[i] = 0.0f;
+    for (int i = 0; i < kTokens * kRows; ++i) dot[i] = 0.0f;
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) x_sum[t] = 0.0f;
+    for (int t = 0; t < kTokens; ++t) x_sum[t] = 0.0f;
+    static_for<kPiecesPerGroup>([&](auto index) {
+      constexpr int kPiece = kGroup * kPiecesPerGroup + decltype(index)::value;
+      float q[kRows][8];
 #pragma unroll
-  for (int piece = 0; piece < Dec::kUnit / 8; ++piece) {
-    float q[kRows][8];
+      for (int r = 0; r < kRows; ++r) Dec::template quants<kPiece>(raw[r], unit, q[r]);
+      const int offset = piece_offset<Dec>(unit, kPiece);
+#pragma unroll
+      for (int t = 0; t < kTokens; ++t) {
+        float xv[8];
+        load_x8<kLaneOrder>(x + min(t, last_token) * x_stride, col, kPiece, offset, delta, xv);
+        if constexpr (Dec::kFractionQuants) {
+          x_sum[t] += ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) dot[t * kRows + r] = fmaf(q[r][j], xv[j], dot[t * kRows + r]);
+        }
+      }
+    });
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      if (piece == 0) Dec::template quants<0>(raw[r], unit, q[r]);
-      else Dec::template quants<1>(raw[r], unit, q[r]);
-    }
+      const float2 scale = Dec::unit_scale(raw[r], unit, kGroup);
 #pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      float xv[8];
-      load_x8<kLaneOrder>(x + min(t, last_token) * x_stride, col, piece, delta, xv);
-      if constexpr (Dec::kFractionQuants) {
-        x_sum[t] += ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
-      }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) dot[t * kRows + r] = fmaf(q[r][j], xv[j], dot[t * kRows + r]);
+      for (int t = 0; t < kTokens; ++t) {
+        float& sum = acc[t * kRows + r];
+        if constexpr (Dec::kFractionQuants) {
+          sum = fmaf(256.0f * scale.x, fmaf(-0.5f, x_sum[t], dot[t * kRows + r]), sum);
+          sum = fmaf(-scale.y, x_sum[t], sum);
+        } else {
+          sum = fmaf(scale.x, dot[t * kRows + r], sum);
+        }
       }
     }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float2 scale = Dec::unit_scale(raw[r], unit);
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      float& sum = acc[t * kRows + r];
-      if constexpr (Dec::kFractionQuants) {
-        sum = fmaf(128.0f * scale.x, dot[t * kRows + r] - x_sum[t], sum);
-        sum = fmaf(-scale.y, x_sum[t], sum);
-      } else {
-        sum = fmaf(scale.x, dot[t * kRows + r], sum);
-      }
-    }
-  }
+  });
 }
 
 // Register cap (blocks of 128 threads: 6 blocks per SM cap a thread at 80
@@ -202,7 +238,8 @@ constexpr int min_blocks_per_sm(int tokens, int rows) {
   if (kGenericDecoder<Dec>) return 2;
   const int sums = tokens * rows;
   const bool k_quant = std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> ||
-                       std::is_same_v<Dec, DecodeQ6_K>;
+                       std::is_same_v<Dec, DecodeQ6_K> || std::is_same_v<Dec, DecodeQ4_KWide> ||
+                       std::is_same_v<Dec, DecodeQ6_KWide>;
   if (sums <= 4 && rows <= 2 && tokens == 1) return 6;
   if (sums > 32) return 2;
   if (k_quant) return sums <= 4 ? 4 : sums <= 8 ? 3 : 2;
@@ -216,6 +253,7 @@ template <class Dec, int kTokens>
 constexpr int units_per_round() {
   if (kGenericDecoder<Dec>) return 1;
   constexpr size_t kRaw = sizeof(typename Dec::Raw);
+  if (HasPieceOffset<Dec>::value) return kRaw <= 16 ? 2 : 1;  // the wide decoders: more sums per unit
   if (kRaw <= 16) return kTokens <= 2 ? 4 : kTokens == 4 ? 2 : 1;
   return kTokens <= 2 && kRaw <= 32 ? 2 : 1;
 }
@@ -374,7 +412,8 @@ void launch(const Product& p) {
   constexpr int kRound = units_per_round<Dec, kTokens>();
   // Lane order pays for its extra launch from 4 tokens on (at 1 token it
   // saved under 1 us of 10-20).
-  constexpr bool kLaneOrderable = kTokens >= 4 && kLanes == kMatvecThreads && Dec::kUnit == 16 && !kGenericDecoder<Dec>;
+  constexpr bool kLaneOrderable = kTokens >= 4 && kLanes == kMatvecThreads && Dec::kUnit == 16 &&
+                                  !kGenericDecoder<Dec> && !HasPieceOffset<Dec>::value;
   if constexpr (kLaneOrderable) {
     if (scratch_pool_ready(p.stream)) {
       constexpr int kGroupCols = kGroupUnits * Dec::kUnit;
@@ -420,6 +459,39 @@ constexpr int rows_for_16_tokens() {
   return rows_per_block<Dec>();
 }
 
+// The wide decoder of a type (matmul_decode.cuh), for one and two tokens;
+// the type's own decoder where it has none.
+template <class Dec>
+struct WideDecoder {
+  using type = Dec;
+};
+template <>
+struct WideDecoder<DecodeQ4_0> {
+  using type = DecodeQ4_0Wide;
+};
+template <>
+struct WideDecoder<DecodeIQ4_NL> {
+  using type = DecodeIQ4_NLWide;
+};
+template <>
+struct WideDecoder<DecodeQ4_K> {
+  using type = DecodeQ4_KWide;
+};
+template <>
+struct WideDecoder<DecodeQ6_K> {
+  using type = DecodeQ6_KWide;
+};
+
+// A wide decoder's product: groups of 64 lanes when a row has at most 64
+// units (a 4096-wide Q6_K row has 64 units of 64 values: 128 lanes would
+// leave half idle), else the whole block.
+template <class Wide, int kTokens>
+void launch_wide(const Product& p) {
+  constexpr int kRows = rows_per_block<Wide>();
+  if (p.cols / Wide::kUnit <= 64) return launch<Wide, kTokens, kRows, 64>(p);
+  launch<Wide, kTokens, kRows, kMatvecThreads>(p);
+}
+
 // The whole block (4 warps) shares its rows, every lane taking a few units
 // of each: a lane has one or two rounds of loads, so the product takes about
 // one memory latency plus its bytes over the bandwidth, instead of the
@@ -433,6 +505,11 @@ void launch_for_tokens(const Product& p) {
   // The generic decoders keep a warp per row: their loads are small and
   // many.
   constexpr int kLanes = kGenericDecoder<Dec> ? 32 : kMatvecThreads;
+  using Wide = typename WideDecoder<Dec>::type;
+  if constexpr (!std::is_same_v<Wide, Dec>) {
+    if (p.n_tokens <= 1) return launch_wide<Wide, 1>(p);
+    if (p.n_tokens <= 2) return launch_wide<Wide, 2>(p);
+  }
   if (p.n_tokens <= 1) return launch<Dec, 1, kRows, kLanes>(p);
   if (p.n_tokens <= 2) return launch<Dec, 2, kRows, kLanes>(p);
   if (p.n_tokens <= 4) return launch<Dec, 4, kRows, kLanes>(p);
