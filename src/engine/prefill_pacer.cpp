@@ -34,8 +34,8 @@ PrefillPacer::PrefillPacer(int max_chunk, double slowdown)
       slowdown_(slowdown),
       chunk_(std::min<double>(max_chunk_, kStartChunk)) {}
 
-int PrefillPacer::budget(int n_decode) const {
-  if (n_decode <= 0 || slowdown_ <= 0) return max_chunk_;
+int PrefillPacer::budget(int n_decode, int n_waiting) const {
+  if (n_decode <= 0 || slowdown_ <= 0 || n_waiting > n_decode) return max_chunk_;
   if (steps_since_reference_ >= kReferenceEvery) return 0;
   return chunk();
 }

@@ -260,9 +260,11 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   }
   // Then prompt chunks, oldest slot first, within the step's prompt budget:
   // what the pacer allows beside these decode tokens (prefill_chunk when
-  // none run or pacing is off; 0 on a step that re-measures the streams
-  // alone).
-  int budget = pacer_.budget(n_decode);
+  // none run, pacing is off or more requests wait than streams run; 0 on a
+  // step that re-measures the streams alone).
+  int n_waiting = 0;
+  for (const auto& s : slots) n_waiting += s && !s->decoding ? 1 : 0;
+  int budget = pacer_.budget(n_decode, n_waiting);
   const auto now = Clock::now();
   for (auto& s : slots) {
     if (!s || s->decoding || budget == 0) continue;

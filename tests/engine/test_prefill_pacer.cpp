@@ -54,6 +54,22 @@ TEST(PrefillPacer, WithoutStreamsAStepTakesTheWholeChunk) {
   EXPECT_EQ(pacer.budget(0), 256);
 }
 
+// A burst: more requests wait for their first token than streams run, and
+// their prompts go in whole chunks; as many or fewer, and the streams are
+// protected again.
+TEST(PrefillPacer, MoreRequestsWaitingThanStreamsAreNotPaced) {
+  PrefillPacer pacer(256, 2.0);
+  const Cost expensive = linear(5.0);
+  run_decode_steps(pacer, expensive, 8);
+  run_mixed_steps(pacer, expensive, 8, 30);
+  const int paced = pacer.budget(8, 1);
+  EXPECT_LT(paced, 256);
+  EXPECT_EQ(pacer.budget(8, 8), paced);
+  EXPECT_EQ(pacer.budget(8, 9), 256);
+  EXPECT_EQ(pacer.budget(1, 31), 256);
+  EXPECT_EQ(pacer.budget(1, 1), pacer.chunk());
+}
+
 TEST(PrefillPacer, SlowdownZeroTurnsPacingOff) {
   PrefillPacer pacer(256, 0.0);
   EXPECT_EQ(pacer.budget(8), 256);

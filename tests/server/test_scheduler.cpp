@@ -308,3 +308,58 @@ TEST_F(SchedulerTest, APacedLongPromptBesideAStreamAnswersAsAlone) {
   ASSERT_GE(chunks.size(), 2u);
   EXPECT_LE(chunks.front(), 16);
 }
+
+// Two prompts arrive while one stream generates: more requests wait than
+// streams run, so the pacer stands aside and their first step carries the
+// whole 256-token chunk (with one waiting prompt it would start at 16).
+TEST_F(SchedulerTest, ABurstOfPromptsIsReadInWholeChunks) {
+  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+  engine::BackendOptions bo;
+  bo.n_ctx = 512;
+  bo.n_seq = 3;
+  bo.threads = 2;
+  bo.force_cpu = true;
+  auto greedy = [](std::vector<int32_t> prompt, int max_tokens) {
+    engine::RequestParams p;
+    p.prompt = std::move(prompt);
+    p.sampler.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+  };
+  std::vector<int32_t> long_prompt = vocab_->encode("Lily and Ben went to the park.", {.add_special = true});
+  const auto sentence = vocab_->encode(" They played with a red ball and laughed in the sun.", {.add_special = false});
+  while (long_prompt.size() < 300) long_prompt.insert(long_prompt.end(), sentence.begin(), sentence.end());
+  long_prompt.resize(300);
+
+  GatedRecordingBackend backend(engine::make_backend(*model, bo));
+  backend.released = false;
+  engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 256, .prefill_slowdown = 2.0});
+  auto stream = scheduler.submit(greedy(vocab_->encode("Once upon a time", {.add_special = true}), 40));
+  for (int i = 0; i < 30000 && backend.forwards.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(backend.forwards.load(), 2);
+  // Both wait in the queue while the stream's first decode step is held at
+  // the gate; the scheduler takes both into slots before its next step.
+  auto first = scheduler.submit(greedy(long_prompt, 5));
+  auto second = scheduler.submit(greedy(long_prompt, 5));
+  backend.released = true;
+  EXPECT_EQ(drain(*stream).end.kind, engine::StreamEvent::Kind::Done);
+  EXPECT_EQ(drain(*first).end.kind, engine::StreamEvent::Kind::Done);
+  EXPECT_EQ(drain(*second).end.kind, engine::StreamEvent::Kind::Done);
+
+  // The first step with the stream's decode token and prompt tokens.
+  int first_mixed_prompt_tokens = 0;
+  for (const auto& batch : backend.batches()) {
+    int prompt_tokens = 0;
+    bool decode = false;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch.seq_ids[i] != 0 && batch.positions[i] < 300) ++prompt_tokens;
+      if (batch.seq_ids[i] == 0) decode = true;
+    }
+    if (decode && prompt_tokens > 0) {
+      first_mixed_prompt_tokens = prompt_tokens;
+      break;
+    }
+  }
+  EXPECT_EQ(first_mixed_prompt_tokens, 256);
+}

@@ -190,21 +190,25 @@ __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw
     for (int t = 0; t < kTokens; ++t) x_sum[t] = 0.0f;
     static_for<kPiecesPerGroup>([&](auto index) {
       constexpr int kPiece = kGroup * kPiecesPerGroup + decltype(index)::value;
-      float q[kRows][8];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) Dec::template quants<kPiece>(raw[r], unit, q[r]);
+      // Every token's x first, then one row's quants at a time: 8 registers
+      // of quants instead of 8 per row.
       const int offset = piece_offset<Dec>(unit, kPiece);
+      float xv[kTokens][8];
 #pragma unroll
       for (int t = 0; t < kTokens; ++t) {
-        float xv[8];
-        load_x8<kLaneOrder>(x + min(t, last_token) * x_stride, col, kPiece, offset, delta, xv);
+        load_x8<kLaneOrder>(x + min(t, last_token) * x_stride, col, kPiece, offset, delta, xv[t]);
         if constexpr (Dec::kFractionQuants) {
-          x_sum[t] += ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+          x_sum[t] += ((xv[t][0] + xv[t][1]) + (xv[t][2] + xv[t][3])) + ((xv[t][4] + xv[t][5]) + (xv[t][6] + xv[t][7]));
         }
+      }
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
+      for (int r = 0; r < kRows; ++r) {
+        float q[8];
+        Dec::template quants<kPiece>(raw[r], unit, q);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) dot[t * kRows + r] = fmaf(q[r][j], xv[j], dot[t * kRows + r]);
+        for (int t = 0; t < kTokens; ++t) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) dot[t * kRows + r] = fmaf(q[j], xv[t][j], dot[t * kRows + r]);
         }
       }
     });
@@ -509,9 +513,10 @@ void launch_for_tokens(const Product& p) {
   if constexpr (!std::is_same_v<Wide, Dec>) {
     if (p.n_tokens <= 1) return launch_wide<Wide, 1>(p);
     if (p.n_tokens <= 2) return launch_wide<Wide, 2>(p);
+  } else {
+    if (p.n_tokens <= 1) return launch<Dec, 1, kRows, kLanes>(p);
+    if (p.n_tokens <= 2) return launch<Dec, 2, kRows, kLanes>(p);
   }
-  if (p.n_tokens <= 1) return launch<Dec, 1, kRows, kLanes>(p);
-  if (p.n_tokens <= 2) return launch<Dec, 2, kRows, kLanes>(p);
   if (p.n_tokens <= 4) return launch<Dec, 4, kRows, kLanes>(p);
   if constexpr (kGenericDecoder<Dec>) {
     // 8 sums of a generic decoder spill on sm_52 (CUDA 11.8): two launches
