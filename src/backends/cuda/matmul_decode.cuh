@@ -483,6 +483,26 @@ struct DecodeQ6_K {
   __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.scale, 32.0f * raw.scale}; }  // (q - 32)
 };
 
+// {d * scale, dmin * min} of sub-block 2 (unit / 2) + group of Q4_K or Q5_K
+// (the wide units: unit 0..7, two sub-blocks each): k_scale_min four
+// sub-blocks at a time in the bytes of a word, masks chosen by the unit
+// (lane-constant) selecting the packing of sub-blocks 0..3 or 4..7, and a
+// byte permute with the 2^23 trick turning byte s % 4 into a float without a
+// conversion instruction.
+__device__ __forceinline__ float2 k_wide_unit_scale(const uint4& header, int unit, int group) {
+  const bool low_half = unit < 4;                          // sub-blocks 0..3
+  const uint32_t own = low_half ? 0x3F3F3F3Fu : 0u;        // scales[s], scales[s + 4]: 6 bits
+  const uint32_t packed = low_half ? 0u : 0x0F0F0F0Fu;     // nibbles of scales[s + 4] (s >= 4)
+  const uint32_t top = low_half ? 0u : 0x30303030u;        // top 2 bits of scales[s - 4], scales[s]
+  const uint32_t scales = (header.y & own) | (header.w & packed) | ((header.y >> 2) & top);
+  const uint32_t mins = (header.z & own) | ((header.w >> 4) & packed) | ((header.z >> 2) & top);
+  const uint32_t selector = 0x4550u | static_cast<uint32_t>((2 * (unit >> 1) + group) & 3);
+  const float d = widen_half(header.x), dmin = widen_half(header.x >> 16);
+  // d * (2^23 + v) - d * 2^23 = d * v, rounded once as d * v is.
+  return {fmaf(d, __uint_as_float(__byte_perm(scales, 0x4Bu, selector)), -d * kTwo23),
+          fmaf(dmin, __uint_as_float(__byte_perm(mins, 0x4Bu, selector)), -dmin * kTwo23)};
+}
+
 // Q4_0 and IQ4_NL, wide: unit h (0, 1) is the 8 bytes qs[8h .. 8h + 7]
 // with both nibbles: values 8h .. 8h + 7 (low nibbles) and 16 + 8h .. 23 +
 // 8h (high). The two lanes of a block still read x within one 128-byte line.
@@ -520,13 +540,32 @@ struct DecodeIQ4_NLWide {
     return {load_8_align2(block + offsetof(Block, qs) + 8 * unit), widen_half(load_2(block))};
   }
   static constexpr bool kFactored = true;
-  static constexpr bool kFractionQuants = false;  // levels are signed bytes
+  static constexpr bool kFractionQuants = false;  // levels are signed
   static constexpr int kScaleGroups = 1;
   __device__ static int piece_offset(int unit, int piece) { return 16 * piece - 8 * unit; }
+  // The 16 levels as floats in shared memory: a level is one shared load
+  // by its index (16 distinct words in 16 banks: no conflicts), instead of
+  // two byte permutes, a select and the 2^23 subtraction. The kernel fills
+  // the table (fill_table) before its first load.
+  static constexpr bool kSharedTable = true;
+  __device__ static float* table() {
+    __shared__ float levels[16];
+    return levels;
+  }
+  __device__ static void fill_table() {
+    if (threadIdx.x < 16) table()[threadIdx.x] = static_cast<float>(quant::iq4_level(static_cast<int>(threadIdx.x)));
+  }
   template <int piece>
   __device__ static void quants(const Raw& raw, int, float* q) {
-    bytes_to_ints(iq4_levels_biased(nibbles(raw.qs.x, piece == 1)), kTwo23 + 128.0f, q);
-    bytes_to_ints(iq4_levels_biased(nibbles(raw.qs.y, piece == 1)), kTwo23 + 128.0f, q + 4);
+    const float* levels = table();
+    // Each nibble times 4: the byte offset of its level.
+    const uint32_t offsets[2] = {(piece == 1 ? raw.qs.x >> 2 : raw.qs.x << 2) & 0x3C3C3C3Cu,
+                                 (piece == 1 ? raw.qs.y >> 2 : raw.qs.y << 2) & 0x3C3C3C3Cu};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t offset = __byte_perm(offsets[j / 4], 0u, 0x4440u | static_cast<uint32_t>(j % 4));
+      q[j] = *reinterpret_cast<const float*>(reinterpret_cast<const char*>(levels) + offset);
+    }
   }
   __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.d, 0.0f}; }
 };
@@ -557,22 +596,38 @@ struct DecodeQ4_KWide {
     bytes_to_fractions(nibbles(word_of<2 * (piece % 2)>(raw.qs), kHigh), q);
     bytes_to_fractions(nibbles(word_of<2 * (piece % 2) + 1>(raw.qs), kHigh), q + 4);
   }
-  // k_scale_min for sub-block s = 2c + group, four sub-blocks at a time in
-  // the bytes of a word: masks chosen by c (lane-constant) select the
-  // packing of sub-blocks 0..3 or 4..7, and a byte permute with the 2^23
-  // trick turns byte s % 4 into a float without a conversion instruction.
   __device__ static float2 unit_scale(const Raw& raw, int unit, int group) {
-    const bool low_half = unit < 4;  // sub-blocks 0..3
-    const uint32_t own = low_half ? 0x3F3F3F3Fu : 0u;        // scales[s], scales[s + 4]: 6 bits
-    const uint32_t packed = low_half ? 0u : 0x0F0F0F0Fu;     // nibbles of scales[s + 4] (s >= 4)
-    const uint32_t top = low_half ? 0u : 0x30303030u;        // top 2 bits of scales[s - 4], scales[s]
-    const uint32_t scales = (raw.header.y & own) | (raw.header.w & packed) | ((raw.header.y >> 2) & top);
-    const uint32_t mins = (raw.header.z & own) | ((raw.header.w >> 4) & packed) | ((raw.header.z >> 2) & top);
-    const uint32_t selector = 0x4550u | static_cast<uint32_t>((2 * (unit >> 1) + group) & 3);
-    const float d = widen_half(raw.header.x), dmin = widen_half(raw.header.x >> 16);
-    // d * (2^23 + v) - d * 2^23 = d * v, rounded once as d * v is.
-    return {fmaf(d, __uint_as_float(__byte_perm(scales, 0x4Bu, selector)), -d * kTwo23),
-            fmaf(dmin, __uint_as_float(__byte_perm(mins, 0x4Bu, selector)), -dmin * kTwo23)};
+    return k_wide_unit_scale(raw.header, unit, group);
+  }
+};
+
+// Q5_K, wide: as DecodeQ4_KWide, with the fifth bits of its 16 values per
+// sub-block in qh[16h .. 16h + 15] (bits 2c and 2c + 1).
+struct DecodeQ5_KWide {
+  static constexpr int kUnit = 32;
+  using Block = quant::BlockQ5_K;
+  static constexpr int kUnitsPerBlock = 8;
+  static constexpr int kBlockBytes = sizeof(Block);
+  using Raw = DecodeQ5_K::Raw;
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    return {load_16(block), load_16(block + offsetof(Block, qh) + 16 * (unit & 1)),
+            load_16(block + offsetof(Block, qs) + 16 * unit)};
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = true;
+  static constexpr int kScaleGroups = 2;
+  __device__ static int piece_offset(int unit, int piece) { return DecodeQ4_KWide::piece_offset(unit, piece); }
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    constexpr bool kHigh = piece >= 2;
+    const uint32_t bit = static_cast<uint32_t>(2 * (unit >> 1) + (kHigh ? 1 : 0));  // the sub-block
+    constexpr int kWord = 2 * (piece % 2);
+    bytes_to_fractions(nibbles(word_of<kWord>(raw.qs), kHigh) | (((word_of<kWord>(raw.qh) >> bit) & 0x01010101u) << 4), q);
+    bytes_to_fractions(
+        nibbles(word_of<kWord + 1>(raw.qs), kHigh) | (((word_of<kWord + 1>(raw.qh) >> bit) & 0x01010101u) << 4), q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int unit, int group) {
+    return k_wide_unit_scale(raw.header, unit, group);
   }
 };
 

@@ -157,6 +157,12 @@ __device__ __forceinline__ void static_for(F&& f) {
   static_for_impl(f, std::make_integer_sequence<int, kCount>{});
 }
 
+// Decoders that keep a table in shared memory (fill_table before use).
+template <class Dec, class = void>
+struct HasSharedTable : std::false_type {};
+template <class Dec>
+struct HasSharedTable<Dec, std::enable_if_t<Dec::kSharedTable>> : std::true_type {};
+
 // Where value 8 piece of a unit lies, relative to the unit's first column.
 template <class Dec, class = void>
 struct HasPieceOffset : std::false_type {};
@@ -243,7 +249,7 @@ constexpr int min_blocks_per_sm(int tokens, int rows) {
   const int sums = tokens * rows;
   const bool k_quant = std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> ||
                        std::is_same_v<Dec, DecodeQ6_K> || std::is_same_v<Dec, DecodeQ4_KWide> ||
-                       std::is_same_v<Dec, DecodeQ6_KWide>;
+                       std::is_same_v<Dec, DecodeQ5_KWide> || std::is_same_v<Dec, DecodeQ6_KWide>;
   if (sums <= 4 && rows <= 2 && tokens == 1) return 6;
   if (sums > 32) return 2;
   if (k_quant) return sums <= 4 ? 4 : sums <= 8 ? 3 : 2;
@@ -297,6 +303,10 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
                static_cast<size_t>(sub / Dec::kUnitsPerBlock) * Dec::kBlockBytes;
   }
 
+  if constexpr (HasSharedTable<Dec>::value) {
+    Dec::fill_table();
+    __syncthreads();
+  }
   const int last_token = n_tokens - 1;
   // Lane order: a unit's quarter j is at col + delta + 128 j; the lane's
   // units are all unit number sub % 32 of their group.
@@ -480,6 +490,10 @@ struct WideDecoder<DecodeIQ4_NL> {
 template <>
 struct WideDecoder<DecodeQ4_K> {
   using type = DecodeQ4_KWide;
+};
+template <>
+struct WideDecoder<DecodeQ5_K> {
+  using type = DecodeQ5_KWide;
 };
 template <>
 struct WideDecoder<DecodeQ6_K> {
