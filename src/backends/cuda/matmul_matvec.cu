@@ -32,10 +32,11 @@
 // registers) before it computes on them: an H200 needs some 3 MB in flight
 // to approach its bandwidth, an M40 about 150 KB.
 //
-// One and two tokens of Q4_0, IQ4_NL, Q4_K and Q6_K use the wide decoders
-// (matmul_decode.cuh), whose units use every byte a lane loads: 22-34% fewer
-// instructions per weight, and on an H200 4-21% faster at one token (Q4_K
-// 11008x4096 17.7 -> 16.1 us, Q6_K 26.3 -> 20.7), 1-33% at two. Their units
+// One and two tokens of Q4_0, IQ4_NL, Q4_K, Q5_K and Q6_K use the wide
+// decoders (matmul_decode.cuh), whose units use every byte a lane loads:
+// 11-34% fewer instructions per weight, and on an H200 up to 27% faster at
+// one token (Q4_K 11008x4096 17.7 -> 16.1 us, Q6_K 26.3 -> 20.7), up to 33%
+// at two (IQ4_NL, whose shared-memory table serves the M40, 8% slower). Their units
 // cover scattered columns chosen so that the two lanes of a 32-byte chunk
 // still read x within one 128-byte line: a first version with 64
 // consecutive columns per lane made every x load touch 32 lines and was
