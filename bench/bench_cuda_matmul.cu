@@ -15,8 +15,8 @@
 // through the internal launchers. `--profile [N]` runs one product of N tokens
 // (default 1) each of F16, Q8_0 and Q4_K at 11008x4096 and nothing else, for
 // ncu; `--quick` only the decode table of F16, Q8_0, Q4_K and Q4_0;
-// `--choice` only the kernel-choice table; `--small` only the decode table,
-// every type, at 1 and 2 tokens.
+// `--choice` only the kernel-choice table; `--small` (`--mid`) only the
+// decode table, every type, at 1 and 2 (4, 8 and 16) tokens.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -304,8 +304,10 @@ int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
     // --choice: only the kernel-choice table (for tuning the small-batch tiles).
     const bool choice_only = argc > 1 && std::string(argv[1]) == "--choice";
-    // --small: only the decode table, every type, at 1 and 2 tokens.
+    // --small / --mid: only the decode table, every type, at 1 and 2 / 4, 8
+    // and 16 tokens.
     const bool small_only = argc > 1 && std::string(argv[1]) == "--small";
+    const bool mid_only = argc > 1 && std::string(argv[1]) == "--mid";
     int device = 0;
     M40_CUDA_CHECK(cudaGetDevice(&device));
     cudaDeviceProp prop{};
@@ -329,6 +331,7 @@ int main(int argc, char** argv) {
     std::vector<int> batches = {1, 8, 32};
     if (quick) matvec_types.resize(4);  // F16, Q8_0, Q4_K, Q4_0
     if (small_only) batches = {1, 2};
+    if (mid_only) batches = {4, 8, 16};
 
     if (!choice_only) {
     std::printf("### matvec (decode): achieved GB/s and %% of copy bandwidth\n\n");
@@ -357,7 +360,7 @@ int main(int argc, char** argv) {
     }
 
     }
-    if (quick || small_only) return 0;
+    if (quick || small_only || mid_only) return 0;
 
     // Which kernel suits which batch: the matvec kernel (up to 16 tokens),
     // the gemm kernel with one decode token tile (16 or 32), and the prefill
