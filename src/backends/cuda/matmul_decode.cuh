@@ -589,7 +589,9 @@ struct DecodeQ4_KWide {
   static constexpr int kScaleGroups = 2;
   // Piece p: values j = 8 (p % 2) .. + 7 of sub-block 2c + p / 2; the unit's
   // first column is 64c + 32h.
-  __device__ static int piece_offset(int unit, int piece) { return 32 * (piece >> 1) - 16 * (unit & 1) + 8 * (piece & 1); }
+  __device__ static int piece_offset(int unit, int piece) {
+    return 32 * (piece >> 1) - 16 * (unit & 1) + 8 * (piece & 1);
+  }
   template <int piece>
   __device__ static void quants(const Raw& raw, int, float* q) {
     constexpr bool kHigh = piece >= 2;
@@ -622,9 +624,10 @@ struct DecodeQ5_KWide {
     constexpr bool kHigh = piece >= 2;
     const uint32_t bit = static_cast<uint32_t>(2 * (unit >> 1) + (kHigh ? 1 : 0));  // the sub-block
     constexpr int kWord = 2 * (piece % 2);
-    bytes_to_fractions(nibbles(word_of<kWord>(raw.qs), kHigh) | (((word_of<kWord>(raw.qh) >> bit) & 0x01010101u) << 4), q);
-    bytes_to_fractions(
-        nibbles(word_of<kWord + 1>(raw.qs), kHigh) | (((word_of<kWord + 1>(raw.qh) >> bit) & 0x01010101u) << 4), q + 4);
+    const uint32_t fifth0 = ((word_of<kWord>(raw.qh) >> bit) & 0x01010101u) << 4;
+    const uint32_t fifth1 = ((word_of<kWord + 1>(raw.qh) >> bit) & 0x01010101u) << 4;
+    bytes_to_fractions(nibbles(word_of<kWord>(raw.qs), kHigh) | fifth0, q);
+    bytes_to_fractions(nibbles(word_of<kWord + 1>(raw.qs), kHigh) | fifth1, q + 4);
   }
   __device__ static float2 unit_scale(const Raw& raw, int unit, int group) {
     return k_wide_unit_scale(raw.header, unit, group);
@@ -662,7 +665,9 @@ struct DecodeQ6_KWide {
   static constexpr bool kFractionQuants = true;
   static constexpr int kScaleGroups = 4;
   // Piece p: g = p / 2, values j = 8 (p % 2) .. + 7.
-  __device__ static int piece_offset(int unit, int piece) { return 32 * (piece >> 1) - 48 * (unit & 1) + 8 * (piece & 1); }
+  __device__ static int piece_offset(int unit, int piece) {
+    return 32 * (piece >> 1) - 48 * (unit & 1) + 8 * (piece & 1);
+  }
   template <int piece>
   __device__ static void quants(const Raw& raw, int, float* q) {
     constexpr int kGroup = piece / 2;

@@ -36,10 +36,10 @@
 // decoders (matmul_decode.cuh), whose units use every byte a lane loads:
 // 11-34% fewer instructions per weight, and on an H200 up to 27% faster at
 // one token (Q4_K 11008x4096 17.7 -> 16.1 us, Q6_K 26.3 -> 20.7), up to 33%
-// at two (IQ4_NL, whose shared-memory table serves the M40, 8% slower). Their units
-// cover scattered columns chosen so that the two lanes of a 32-byte chunk
-// still read x within one 128-byte line: a first version with 64
-// consecutive columns per lane made every x load touch 32 lines and was
+// at two (but IQ4_NL, whose shared-memory table serves the M40, 8% slower).
+// Their units cover scattered columns chosen so that the two lanes of a
+// 32-byte chunk still read x within one 128-byte line: a first version with
+// 64 consecutive columns per lane made every x load touch 32 lines and was
 // 10-30% slower than the old decoders.
 //
 // Batches of 9 to 16 tokens run as one launch of 16 (two of 8 for the
@@ -179,8 +179,8 @@ __device__ __forceinline__ int piece_offset(int unit, int piece) {
 // and scale group, dot(q, x) over the group's values, then acc += scale *
 // dot for the signed quants; for the fraction quants (q' = 1/2 + q / 256),
 // acc += 256 scale (dot(q', x) - sum(x) / 2) - offset * sum(x), the sum of x
-// shared by all rows. Two or three instructions per weight (byte permute,
-// FMA; a subtraction for the signed quants) instead of four or five.
+// shared by all rows. Two or three instructions per weight (byte permute or
+// shared-memory load, FMA; a subtraction for Q8_0) instead of four or five.
 template <class Dec, bool kLaneOrder, int kTokens, int kRows>
 __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw* raw, int unit,
                                                          const float* __restrict__ x, int x_stride, int col, int delta,
