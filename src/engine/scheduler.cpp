@@ -262,6 +262,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   // what the pacer allows beside these decode tokens (prefill_chunk when
   // none run, pacing is off or more requests wait than streams run; 0 on a
   // step that re-measures the streams alone).
+  // Requests in slots whose prompt is not read yet (the queue's wait for a
+  // slot, which pacing does not change).
   int n_waiting = 0;
   for (const auto& s : slots) n_waiting += s && !s->decoding ? 1 : 0;
   int budget = pacer_.budget(n_decode, n_waiting);

@@ -321,9 +321,9 @@ TEST_P(Matmul, LargerProducts) {
   expect_matches_cpu(w, 1, Kernel::Matvec);
   expect_matches_cpu(w, 8, Kernel::Matvec);
   expect_matches_cpu(w, 100, Kernel::Gemm);
-  // Wider than 64 of the wide decoders' 64-value units (a 7B down
-  // projection is 11008 wide): their whole-block groups of 128 lanes, with
-  // lanes past the row's end.
+  // A row of more than 64 units for the wide decoders at 1 and 2 tokens
+  // (Q6_K's 64-value units: 76, so whole-block groups of 128 lanes, some
+  // past the row's end; Q4_0 and IQ4_NL: a round's second unit past it).
   const HostWeight wide = random_weight(GetParam(), 70, 4864, 14);
   expect_matches_cpu(wide, 1, Kernel::Matvec);
   expect_matches_cpu(wide, 2, Kernel::Matvec);

@@ -63,6 +63,7 @@ TEST(PrefillPacer, MoreRequestsWaitingThanStreamsAreNotPaced) {
   run_decode_steps(pacer, expensive, 8);
   run_mixed_steps(pacer, expensive, 8, 30);
   const int paced = pacer.budget(8, 1);
+  EXPECT_EQ(paced, pacer.chunk());  // a paced step, not a reference step
   EXPECT_LT(paced, 256);
   EXPECT_EQ(pacer.budget(8, 8), paced);
   EXPECT_EQ(pacer.budget(8, 9), 256);

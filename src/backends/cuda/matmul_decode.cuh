@@ -1,5 +1,6 @@
 // Weight decoders for the matmul kernels: per storage type, how one thread
-// loads a "unit" of a row (8 or 16 consecutive values) with the widest loads
+// loads a "unit" of a row (8 or 16 consecutive values; for the wide decoders
+// at the end, 16 to 64 scattered ones) with the widest loads
 // the layout allows, and turns it into FP32 registers, 8 values (a "piece") at
 // a time. The matvec kernel gives each lane units along a row; the gemm kernel
 // decodes 16 consecutive values per thread into its shared-memory tile.
@@ -181,7 +182,8 @@ __device__ __forceinline__ float2 k_unit_scale(const uint4& header, int s) {
 // Decoders. A row is a sequence of blocks of kBlockBytes bytes (for the float
 // types: a unit's bytes), each holding kUnitsPerBlock units of kUnit (8 or
 // 16) consecutive values. Unit u of a row is unit u % kUnitsPerBlock of block
-// u / kUnitsPerBlock and holds columns kUnit * u .. kUnit * (u + 1) - 1.
+// u / kUnitsPerBlock and holds columns kUnit * u .. kUnit * (u + 1) - 1 (the
+// wide decoders: the same columns in another order, piece_offset below).
 //   Raw                              the unit's bytes in registers
 //   load(block, unit)                issue the loads (block: its first byte;
 //                                    unit: the unit within the block)
@@ -200,7 +202,7 @@ __device__ __forceinline__ float2 k_unit_scale(const uint4& header, int s) {
 //                                    (Q4_0, Q4_K, Q5_K, Q6_K)
 //   kScaleGroups                     scales per unit: group g is pieces
 //                                    g * n .. g * n + n - 1 (n = pieces per
-//                                    group); 1 but for the wide decoders
+//                                    group); 1 but for the wide K-quants
 //   unit_scale(raw, unit, group)     {scale, offset}: value = scale * q -
 //                                    offset (offset 0 for the signed ones)
 //   piece_offset(unit, piece)        (optional) the column of value 8 piece

@@ -2,17 +2,20 @@
 // for the whole batch.
 //
 // A block of 128 threads owns kRows consecutive rows (4; 2 for Q5_K and
-// Q6_K, 1 for the generic decoders). Each thread walks the rows' units (8 or
-// 16 consecutive values, matmul_decode.cuh) with a stride of 128 units, so
-// a warp's loads of one row are contiguous; a thread keeps a pointer to the
-// block it is in and steps it by a constant number of bytes. It decodes a
-// unit of each of its rows into registers once and multiplies it with every
-// token's x (two 16-byte loads per token and 8 values, from L1), so one x
-// load serves all the rows. acc holds kRows x kTokens sums per thread (split
-// into 2 or 4 partial sums when there are fewer than 4, so that several FMA
-// chains are in flight); each warp reduces them with a transposing butterfly
-// (each shuffle step halves the values a lane keeps), and the four warps'
-// parts meet in shared memory, added in a fixed order.
+// Q6_K at 3 to 16 tokens, 1 for the generic decoders), or two groups of 64
+// lanes own kRows rows each (the wide decoders on narrow rows). Each thread
+// walks the rows' units (8 or 16 consecutive values, or 16 to 64 scattered
+// ones for the wide decoders, matmul_decode.cuh) with a stride of 128 (or
+// 64) units, so a warp's loads of one row are contiguous; a thread keeps a
+// pointer to the block it is in and steps it by a constant number of bytes.
+// It decodes a unit of each of its rows into registers once and multiplies
+// it with every token's x (two 16-byte loads per token and 8 values, from
+// L1), so one x load serves all the rows. acc holds kRows x kTokens sums per
+// thread (split into 2 or 4 partial sums when there are fewer than 4, so
+// that several FMA chains are in flight); each warp reduces them with a
+// transposing butterfly (each shuffle step halves the values a lane keeps),
+// and the group's warps' parts meet in shared memory, added in a fixed
+// order.
 //
 // kTokens is n_tokens rounded up to a power of two; the extra tokens re-read
 // the last token's x and are not stored.
@@ -66,6 +69,7 @@ constexpr int kMatvecThreads = 128;
 #define M40_MAX_FACTORED_TOKENS 2
 #endif
 constexpr int kMaxFactoredTokens = M40_MAX_FACTORED_TOKENS;
+static_assert(kMaxFactoredTokens >= 2, "the wide decoders serve 1 and 2 tokens, in factored form only");
 
 
 // Sums N values over the lanes of a group (shuffle offsets O, O/2, .. 1;
@@ -285,6 +289,7 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
   // Factored decoding (one and two tokens: with more, the FMAs with x
   // dominate and the extra sums cost registers).
   constexpr bool kFactored = Dec::kFactored && kTokens <= kMaxFactoredTokens;
+  static_assert(kFactored || !HasPieceOffset<Dec>::value, "a wide decoder has quants() only");
   constexpr int kSplit = kSums >= 4 || kFactored ? 1 : 4 / kSums;
   // From one unit of a lane to its next: this many columns and bytes.
   constexpr int kColumnStep = kLanes * Dec::kUnit;
@@ -451,8 +456,9 @@ void launch(const Product& p) {
 
 // Rows a block computes together: each x load serves all of them. Four
 // halve the x traffic of two (1.6x faster at 8 tokens on an H200, a little
-// at 1); Q5_K and Q6_K keep two, whose decoders need the registers. The
-// generic decoders need the registers of a second row for themselves.
+// at 1); Q5_K and Q6_K keep two, whose decoders need the registers (their
+// wide decoders, at 1 and 2 tokens, take four). The generic decoders need
+// the registers of a second row for themselves.
 template <class Dec>
 constexpr int rows_per_block() {
   if (kGenericDecoder<Dec>) return 1;
