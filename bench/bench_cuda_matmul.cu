@@ -16,7 +16,8 @@
 // (default 1) each of F16, Q8_0 and Q4_K at 11008x4096 and nothing else, for
 // ncu; `--quick` only the decode table of F16, Q8_0, Q4_K and Q4_0;
 // `--choice` only the kernel-choice table; `--small` (`--mid`) only the
-// decode table, every type, at 1 and 2 (4, 8 and 16) tokens.
+// decode table, every type, at 1 and 2 (4, 8 and 16) tokens; `--gemm` only
+// the prefill table.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -308,6 +309,8 @@ int main(int argc, char** argv) {
     // and 16 tokens.
     const bool small_only = argc > 1 && std::string(argv[1]) == "--small";
     const bool mid_only = argc > 1 && std::string(argv[1]) == "--mid";
+    // --gemm: only the prefill table.
+    const bool gemm_only = argc > 1 && std::string(argv[1]) == "--gemm";
     int device = 0;
     M40_CUDA_CHECK(cudaGetDevice(&device));
     cudaDeviceProp prop{};
@@ -333,7 +336,7 @@ int main(int argc, char** argv) {
     if (small_only) batches = {1, 2};
     if (mid_only) batches = {4, 8, 16};
 
-    if (!choice_only) {
+    if (!choice_only && !gemm_only) {
     std::printf("### matvec (decode): achieved GB/s and %% of copy bandwidth\n\n");
     std::printf("| rows x cols | type | batch | us | GB/s | %% of copy | read-only kernel, same bytes: us, %% of copy |\n");
     std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
@@ -362,6 +365,7 @@ int main(int argc, char** argv) {
     }
     if (quick || small_only || mid_only) return 0;
 
+    if (!gemm_only) {
     // Which kernel suits which batch: the matvec kernel (up to 16 tokens),
     // the gemm kernel with one decode token tile (16 or 32), and the prefill
     // tile.
@@ -399,6 +403,7 @@ int main(int argc, char** argv) {
                       matvec_us.c_str(), decode_ms * 1e3, prefill_ms * 1e3);
         }
       }
+    }
     }
     if (choice_only) return 0;
 

@@ -9,12 +9,13 @@
 // the 16-token decode tile), and stores both K-major into shared memory
 // (w_tile[k][row], x_tile[k][token]; consecutive lanes write consecutive
 // words). Each thread then accumulates a register tile: per k, float4 loads
-// of 4 or 8 rows (a broadcast within the warp) and of 4 tokens feed 16 or 32
-// FMAs. The next
+// of 4 or 8 rows (a broadcast within the warp) and of 4 or 8 tokens feed 16,
+// 32 or 64 FMAs. The next
 // step's global loads are issued before the current step's math, so they
-// overlap it. Shapes (TileShape below): prefill 128 rows x 64 tokens with an
-// 8 x 4 register tile; decode 128 rows x 16 or 32 tokens with 4 x 4 or 8 x 4
-// register tiles and K steps of 16, so that one token tile covers the batch
+// overlap it. Shapes (TileShape below): prefill 128 rows x 128 tokens with
+// an 8 x 8 register tile (128 x 64 with 8 x 4 for up to 64 tokens); decode
+// 128 rows x 16 or 32 tokens with 4 x 4 or 8 x 4 register tiles and K steps
+// of 16, so that one token tile covers the batch
 // and every weight is read once, with K split over several blocks where the
 // row tiles alone do not fill the GPU.
 //
@@ -32,19 +33,22 @@ namespace m40::cuda::mm {
 namespace {
 
 // The tile shapes. Each thread decodes 16 weights and loads kXPerThread x
-// values per K step, and accumulates kRowChunks x 4 rows by kTokensPerThread
-// tokens; rows of chunk c are c * kTileRows / kRowChunks + 4 * ty + i, so the
-// two float4 loads of a chunk-pair hit different banks in the prefill shape.
-template <int TileRows, int TileTokens, int TileK, int Threads, int RowChunks, int TokensPerThread>
+// values per K step, and accumulates kRowChunks x 4 rows by kTokenChunks x
+// kTokensPerThread tokens; rows of chunk c are c * kTileRows / kRowChunks +
+// 4 * ty + i (tokens likewise with tx), so that the float4 loads of a warp
+// read contiguous shared memory.
+template <int TileRows, int TileTokens, int TileK, int Threads, int RowChunks, int TokensPerThread,
+          int TokenChunks = 1>
 struct TileShape {
   static constexpr int kTileRows = TileRows;
   static constexpr int kTileTokens = TileTokens;
   static constexpr int kTileK = TileK;
   static constexpr int kThreads = Threads;
   static constexpr int kRowChunks = RowChunks;
-  static constexpr int kTokensPerThread = TokensPerThread;
+  static constexpr int kTokensPerThread = TokensPerThread;  // per token chunk
+  static constexpr int kTokenChunks = TokenChunks;
   static constexpr int kRowGroups = kTileRows / (4 * kRowChunks);
-  static constexpr int kTokenGroups = kTileTokens / kTokensPerThread;
+  static constexpr int kTokenGroups = kTileTokens / (kTokensPerThread * kTokenChunks);
   static constexpr int kXPerThread = kTileTokens * kTileK / kThreads;
   static_assert(kTileRows * kTileK / 16 == kThreads, "each thread decodes 16 weights a step");
   static_assert(kRowGroups * kTokenGroups == kThreads, "the register tiles cover the block tile");
@@ -54,8 +58,16 @@ struct TileShape {
                 "x fragments are a float, float2 or float4");
 };
 
-// Prefill: 128 rows x 64 tokens, 8 x 4 per thread.
-using PrefillShape = TileShape<128, 64, 32, 256, 2, 4>;
+// Prefill: 128 rows x 128 tokens with an 8 x 8 register tile per thread,
+// four shared float4 loads per 64 FMAs, one block of 256 threads per SM (255
+// registers: the tile, the next step's loads, no spills). Against the
+// 128 x 64 tile with 8 x 4 (three loads per 32 FMAs, two blocks per SM), an
+// H200 runs 512-token products 10-24% faster (F16 11008x4096 1.55 -> 1.32
+// ms, Q8_0 1.93 -> 1.56, Q4_K 1.61 -> 1.38; docs/benchmarks.md). Prompts of
+// up to 64 tokens keep the 128 x 64 tile, which does not compute a
+// half-empty token tile.
+using PrefillShape = TileShape<128, 128, 32, 256, 2, 4, 2>;
+using ShortPrefillShape = TileShape<128, 64, 32, 256, 2, 4>;
 // Decode batches of up to 16 (launch_matvec sends those to the matvec kernel;
 // the bench still times this tile) and 17..32 tokens: one token tile covers
 // the batch (every weight is read once). A thread's 4 x 4 or 8 x 4 register
@@ -120,8 +132,17 @@ struct Floats<4> {
   }
 };
 
+// Register caps: the 8 x 8 prefill tile needs a whole SM's registers for one
+// block (two blocks spilled on sm_90 and were 5-15% slower); the 8 x 4
+// prefill tile two blocks; the decode tiles three or four.
 template <class Dec, class Shape>
-__global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : kGenericDecoder<Dec> ? 3 : 4)
+constexpr int min_gemm_blocks_per_sm() {
+  if (Shape::kThreads == 256) return Shape::kTokenChunks == 2 ? 1 : 2;
+  return kGenericDecoder<Dec> ? 3 : 4;
+}
+
+template <class Dec, class Shape>
+__global__ void __launch_bounds__(Shape::kThreads, min_gemm_blocks_per_sm<Dec, Shape>())
     gemm_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
                 int n_tokens, float* y, const float* residual, float* partial) {
   constexpr int kTileRows = Shape::kTileRows;
@@ -129,7 +150,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : 
   constexpr int kTileK = Shape::kTileK;
   constexpr int kXPerThread = Shape::kXPerThread;
   constexpr int kRowsPerThread = 4 * Shape::kRowChunks;
-  constexpr int kTokensPerThread = Shape::kTokensPerThread;
+  constexpr int kTokensPerChunk = Shape::kTokensPerThread;
+  constexpr int kTokensPerThread = kTokensPerChunk * Shape::kTokenChunks;
   __shared__ __align__(16) float w_tile[kTileK][kTileRows];
   __shared__ __align__(16) float x_tile[kTileK][kTileTokens];
 
@@ -209,7 +231,11 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : 
         Floats<4>::load(&w_tile[k][c * (kTileRows / Shape::kRowChunks) + 4 * ty], wr + 4 * c);
       }
       float xr[kTokensPerThread];
-      Floats<kTokensPerThread>::load(&x_tile[k][kTokensPerThread * tx], xr);
+#pragma unroll
+      for (int c = 0; c < Shape::kTokenChunks; ++c) {
+        Floats<kTokensPerChunk>::load(&x_tile[k][c * (kTileTokens / Shape::kTokenChunks) + kTokensPerChunk * tx],
+                                      xr + kTokensPerChunk * c);
+      }
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
 #pragma unroll
@@ -224,7 +250,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads == 256 ? 2 : 
     const int row = row_base + (i / 4) * (kTileRows / Shape::kRowChunks) + 4 * ty + i % 4;
 #pragma unroll
     for (int j = 0; j < kTokensPerThread; ++j) {
-      const int token = token_base + kTokensPerThread * tx + j;
+      const int token =
+          token_base + (j / kTokensPerChunk) * (kTileTokens / Shape::kTokenChunks) + kTokensPerChunk * tx + j % kTokensPerChunk;
       if (row < rows && token < n_tokens) {
         const size_t index = static_cast<size_t>(token) * static_cast<size_t>(rows) + static_cast<size_t>(row);
         if (partial != nullptr) {
@@ -290,7 +317,11 @@ int decode_splits(const Product& p) {
 }  // namespace
 
 void launch_gemm(const Product& p) {
-  visit_decoder(p.type, [&](auto tag) { launch_shape<typename decltype(tag)::type, PrefillShape>(p); });
+  visit_decoder(p.type, [&](auto tag) {
+    using Dec = typename decltype(tag)::type;
+    if (p.n_tokens <= ShortPrefillShape::kTileTokens) return launch_shape<Dec, ShortPrefillShape>(p);
+    launch_shape<Dec, PrefillShape>(p);
+  });
 }
 
 void launch_gemm_decode(const Product& p) {
