@@ -413,16 +413,25 @@ int main(int argc, char** argv) {
     const std::vector<TensorType> gemm_types = {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q4_0,
                                                 TensorType::Q6_K, TensorType::F32, TensorType::Q3_K};
     constexpr int kPrefill = 512;
+    auto time_gemm = [&](const Shape& shape, TensorType type, int tokens) {
+      const Buffers buf(type, shape.rows, shape.cols, tokens, l2);
+      const double ms = time_ms(stream, buf.copies, 7, [&](int i) {
+        m40::cuda::gemm(buf.copy(i), buf.x(i), tokens, buf.y(i), nullptr, stream);
+      });
+      const double gflops = 2.0 * shape.rows * shape.cols * tokens / (ms * 1e6);
+      std::printf("| %lldx%lld | %s | %d | %.3f | %.0f | %.0f%% |\n", static_cast<long long>(shape.rows),
+                  static_cast<long long>(shape.cols), std::string(m40::gguf::tensor_type_name(type)).c_str(), tokens,
+                  ms, gflops, 100.0 * gflops / fma_gflops);
+    };
     for (const Shape& shape : shapes) {
-      for (const TensorType type : gemm_types) {
-        const Buffers buf(type, shape.rows, shape.cols, kPrefill, l2);
-        const double ms = time_ms(stream, buf.copies, 7, [&](int i) {
-          m40::cuda::gemm(buf.copy(i), buf.x(i), kPrefill, buf.y(i), nullptr, stream);
-        });
-        const double gflops = 2.0 * shape.rows * shape.cols * kPrefill / (ms * 1e6);
-        std::printf("| %lldx%lld | %s | %d | %.3f | %.0f | %.0f%% |\n", static_cast<long long>(shape.rows),
-                    static_cast<long long>(shape.cols), std::string(m40::gguf::tensor_type_name(type)).c_str(),
-                    kPrefill, ms, gflops, 100.0 * gflops / fma_gflops);
+      for (const TensorType type : gemm_types) time_gemm(shape, type, kPrefill);
+    }
+    // Server-sized prompt chunks (--prefill-chunk 256 by default) and shorter
+    // prompts: fewer token tiles to fill the GPU with.
+    std::printf("\n| rows x cols | type | tokens | ms | GFLOP/s | %% of FMA peak |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
+    for (const Shape& shape : shapes) {
+      for (const TensorType type : {TensorType::F16, TensorType::Q4_K}) {
+        for (const int tokens : {128, 256}) time_gemm(shape, type, tokens);
       }
     }
     cudaStreamDestroy(stream);

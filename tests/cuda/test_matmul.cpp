@@ -299,6 +299,20 @@ TEST_P(Matmul, GemmMatchesCpu) {
   }
 }
 
+// The 128 x 128 prefill tile runs when its blocks make nearly full waves:
+// one row tile per SM, 128 tokens (smaller products take the 128 x 64 tile,
+// which GemmMatchesCpu covers).
+TEST(MatmulShapes, GemmWideTileMatchesCpu) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Checker checker;
+  const int64_t rows = 128 * int64_t{current_multiprocessor_count()};
+  for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::IQ4_NL,
+                                TensorType::Q4_K, TensorType::Q6_K, TensorType::Q3_K}) {
+    const HostWeight w = random_weight(type, rows, 256, 21);
+    checker.expect_matches_cpu(w, 128, Kernel::Gemm);
+  }
+}
+
 // matmul() sends up to 32 tokens to matvec and more to gemm; matvec also
 // takes more than 32 (in chunks).
 TEST_P(Matmul, EveryBatchSizeThroughEveryEntryPoint) {

@@ -63,9 +63,9 @@ struct TileShape {
 // registers: the tile, the next step's loads, no spills). Against the
 // 128 x 64 tile with 8 x 4 (three loads per 32 FMAs, two blocks per SM), an
 // H200 runs 512-token products 10-24% faster (F16 11008x4096 1.55 -> 1.32
-// ms, Q8_0 1.93 -> 1.56, Q4_K 1.61 -> 1.38; docs/benchmarks.md). Prompts of
-// up to 64 tokens keep the 128 x 64 tile, which does not compute a
-// half-empty token tile.
+// ms, Q8_0 1.93 -> 1.56, Q4_K 1.61 -> 1.38; docs/benchmarks.md). Products
+// whose 128 x 128 tiles would not fill the GPU keep the 128 x 64 tile
+// (launch_gemm).
 using PrefillShape = TileShape<128, 128, 32, 256, 2, 4, 2>;
 using ShortPrefillShape = TileShape<128, 64, 32, 256, 2, 4>;
 // Decode batches of up to 16 (launch_matvec sends those to the matvec kernel;
@@ -319,7 +319,20 @@ int decode_splits(const Product& p) {
 void launch_gemm(const Product& p) {
   visit_decoder(p.type, [&](auto tag) {
     using Dec = typename decltype(tag)::type;
-    if (p.n_tokens <= ShortPrefillShape::kTileTokens) return launch_shape<Dec, ShortPrefillShape>(p);
+    // The 128-token tile when its waves (a block per SM) are nearly full:
+    // whole waves cost less than 1.3 times the tiles' share of the SMs,
+    // which is about what the 128 x 64 tile's twice as many blocks take for
+    // the same work on an H200 (4096 rows, 256 tokens: 64 blocks of
+    // 128 x 128 for 132 SMs took 0.44 ms, 128 of 128 x 64 0.28; 11008 rows:
+    // 172 blocks 0.92 ms against 0.83; 512 tokens: 0.47 against 0.55 and
+    // 1.38 against 1.61).
+    const int sms = current_multiprocessor_count();
+    const int tiles_128 = (p.rows + PrefillShape::kTileRows - 1) / PrefillShape::kTileRows *
+                          ((p.n_tokens + PrefillShape::kTileTokens - 1) / PrefillShape::kTileTokens);
+    const int waves = (tiles_128 + sms - 1) / sms;
+    if (p.n_tokens <= ShortPrefillShape::kTileTokens || 10 * waves * sms >= 13 * tiles_128) {
+      return launch_shape<Dec, ShortPrefillShape>(p);
+    }
     launch_shape<Dec, PrefillShape>(p);
   });
 }
