@@ -13,9 +13,9 @@
 // 32 or 64 FMAs. The next
 // step's global loads are issued before the current step's math, so they
 // overlap it. Shapes (TileShape below): prefill 128 rows x 128 tokens with
-// an 8 x 8 register tile (128 x 64 with 8 x 4 for up to 64 tokens); decode
-// 128 rows x 16 or 32 tokens with 4 x 4 or 8 x 4 register tiles and K steps
-// of 16, so that one token tile covers the batch
+// an 8 x 8 register tile (128 x 64 with 8 x 4 where those would make ragged
+// waves); decode 128 rows x 16 or 32 tokens with 4 x 4 or 8 x 4 register
+// tiles and K steps of 16, so that one token tile covers the batch
 // and every weight is read once, with K split over several blocks where the
 // row tiles alone do not fill the GPU.
 //
@@ -250,8 +250,8 @@ __global__ void __launch_bounds__(Shape::kThreads, min_gemm_blocks_per_sm<Dec, S
     const int row = row_base + (i / 4) * (kTileRows / Shape::kRowChunks) + 4 * ty + i % 4;
 #pragma unroll
     for (int j = 0; j < kTokensPerThread; ++j) {
-      const int token =
-          token_base + (j / kTokensPerChunk) * (kTileTokens / Shape::kTokenChunks) + kTokensPerChunk * tx + j % kTokensPerChunk;
+      const int token = token_base + (j / kTokensPerChunk) * (kTileTokens / Shape::kTokenChunks) +
+                        kTokensPerChunk * tx + j % kTokensPerChunk;
       if (row < rows && token < n_tokens) {
         const size_t index = static_cast<size_t>(token) * static_cast<size_t>(rows) + static_cast<size_t>(row);
         if (partial != nullptr) {
