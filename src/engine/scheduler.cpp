@@ -78,7 +78,7 @@ Scheduler::Scheduler(backend::Backend& backend, const tokenizer::Vocab& vocab, S
     : backend_(backend),
       vocab_(vocab),
       options_(options),
-      pacer_(std::max(1, options.prefill_chunk), options.prefill_slowdown),
+      pacer_(options.prefill_chunk, options.prefill_slowdown),
       n_ctx_(backend.n_ctx()),
       n_slots_(backend.n_seq_max()),
       n_vocab_(backend.n_vocab()) {
@@ -248,6 +248,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   int rows = 0;
   uint64_t prompt_tokens = 0;
   int n_decode = 0;
+  int n_waiting = 0;  // slots whose prompt is not read yet (not the queue: pacing does not change its wait)
   // Decode tokens first: every generating slot advances by one each step.
   for (auto& s : slots) {
     if (!s) continue;
@@ -256,16 +257,14 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       batch.add(s->next_token, s->pos++, s->seq, true);
       s->logits_row = rows++;
       ++n_decode;
+    } else {
+      ++n_waiting;
     }
   }
   // Then prompt chunks, oldest slot first, within the step's prompt budget:
   // what the pacer allows beside these decode tokens (prefill_chunk when
   // none run, pacing is off or more requests wait than streams run; 0 on a
   // step that re-measures the streams alone).
-  // Requests in slots whose prompt is not read yet (the queue's wait for a
-  // slot, which pacing does not change).
-  int n_waiting = 0;
-  for (const auto& s : slots) n_waiting += s && !s->decoding ? 1 : 0;
   int budget = pacer_.budget(n_decode, n_waiting);
   const auto now = Clock::now();
   for (auto& s : slots) {

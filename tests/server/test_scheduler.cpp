@@ -74,6 +74,11 @@ class GatedRecordingBackend : public backend::Backend {
     std::lock_guard lock(mutex_);
     return batches_;
   }
+  // Waits (up to 30 s) until the second forward is held at the gate.
+  bool wait_at_gate() const {
+    for (int i = 0; i < 30000 && forwards.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return forwards.load() == 2;
+  }
   std::atomic<bool> released{true};
   std::atomic<int> forwards{0};
 
@@ -125,9 +130,53 @@ class SchedulerTest : public ::testing::Test {
     p.max_tokens = max_tokens;
     return p;
   }
+  // The CPU engine on the TinyStories model, n_seq sequences.
+  static engine::BackendOptions cpu_options(int n_seq) {
+    engine::BackendOptions bo;
+    bo.n_ctx = 512;
+    bo.n_seq = n_seq;
+    bo.threads = 2;
+    bo.force_cpu = true;
+    return bo;
+  }
+  // Greedy, no repetition penalty, no end token: the answer depends on the
+  // prompt alone.
+  static engine::RequestParams greedy(std::vector<int32_t> prompt, int max_tokens) {
+    engine::RequestParams p;
+    p.prompt = std::move(prompt);
+    p.sampler.temperature = 0;
+    p.sampler.repeat_penalty = 1.0f;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+  }
+  // A story prompt of exactly `tokens` tokens.
+  std::vector<int32_t> story_prompt(size_t tokens) const {
+    std::vector<int32_t> prompt = vocab_->encode("Lily and Ben went to the park.", {.add_special = true});
+    const auto sentence = vocab_->encode(" They played with a red ball and laughed in the sun.", {.add_special = false});
+    while (prompt.size() < tokens) prompt.insert(prompt.end(), sentence.begin(), sentence.end());
+    prompt.resize(tokens);
+    return prompt;
+  }
   std::unique_ptr<tokenizer::Vocab> vocab_;
   int32_t favorite_ = 0;
 };
+
+// For each step that decodes sequence 0 and reads prompt tokens (positions
+// below prompt_length) of other sequences: how many.
+std::vector<int> prompt_chunks_beside_stream(const std::vector<backend::Batch>& batches, int prompt_length) {
+  std::vector<int> chunks;
+  for (const auto& batch : batches) {
+    int prompt_tokens = 0;
+    bool decode = false;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch.seq_ids[i] != 0 && batch.positions[i] < prompt_length) ++prompt_tokens;
+      if (batch.seq_ids[i] == 0) decode = true;
+    }
+    if (decode && prompt_tokens > 0) chunks.push_back(prompt_tokens);
+  }
+  return chunks;
+}
 
 }  // namespace
 
@@ -243,25 +292,9 @@ TEST_F(SchedulerTest, StopEndsRunningRequestsWithAnError) {
 
 TEST_F(SchedulerTest, APacedLongPromptBesideAStreamAnswersAsAlone) {
   auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
-  engine::BackendOptions bo;
-  bo.n_ctx = 512;
-  bo.n_seq = 2;
-  bo.threads = 2;
-  bo.force_cpu = true;
-  auto greedy = [](std::vector<int32_t> prompt, int max_tokens) {
-    engine::RequestParams p;
-    p.prompt = std::move(prompt);
-    p.sampler.temperature = 0;
-    p.sampler.repeat_penalty = 1.0f;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
-  };
+  const engine::BackendOptions bo = cpu_options(2);
   const auto short_prompt = vocab_->encode("Once upon a time", {.add_special = true});
-  std::vector<int32_t> long_prompt = vocab_->encode("Lily and Ben went to the park.", {.add_special = true});
-  const auto sentence = vocab_->encode(" They played with a red ball and laughed in the sun.", {.add_special = false});
-  while (long_prompt.size() < 300) long_prompt.insert(long_prompt.end(), sentence.begin(), sentence.end());
-  long_prompt.resize(300);
+  const auto long_prompt = story_prompt(300);
   const int stream_tokens = 400, answer_tokens = 30;
 
   // Each request alone: the long prompt in one 256-token step and the rest.
@@ -279,8 +312,7 @@ TEST_F(SchedulerTest, APacedLongPromptBesideAStreamAnswersAsAlone) {
   engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 256, .prefill_slowdown = 2.0});
   auto stream = scheduler.submit(greedy(short_prompt, stream_tokens));
   // Its prompt is read and its first decode step waits at the gate.
-  for (int i = 0; i < 30000 && backend.forwards.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(backend.forwards.load(), 2);
+  ASSERT_TRUE(backend.wait_at_gate());
   auto answer = scheduler.submit(greedy(long_prompt, answer_tokens));
   backend.released = true;
   const auto together_stream = drain(*stream);
@@ -295,16 +327,7 @@ TEST_F(SchedulerTest, APacedLongPromptBesideAStreamAnswersAsAlone) {
 
   // The long prompt was read in several chunks beside the stream's decode
   // tokens, the first one the pacer's cautious start, not the 256 cap.
-  std::vector<int> chunks;
-  for (const auto& batch : backend.batches()) {
-    int prompt_tokens = 0;
-    bool decode = false;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (batch.seq_ids[i] == 1 && batch.positions[i] < 300) ++prompt_tokens;
-      if (batch.seq_ids[i] == 0) decode = true;
-    }
-    if (decode && prompt_tokens > 0) chunks.push_back(prompt_tokens);
-  }
+  const std::vector<int> chunks = prompt_chunks_beside_stream(backend.batches(), 300);
   ASSERT_GE(chunks.size(), 2u);
   EXPECT_LE(chunks.front(), 16);
 }
@@ -314,30 +337,14 @@ TEST_F(SchedulerTest, APacedLongPromptBesideAStreamAnswersAsAlone) {
 // whole 256-token chunk (with one waiting prompt it would start at 16).
 TEST_F(SchedulerTest, ABurstOfPromptsIsReadInWholeChunks) {
   auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
-  engine::BackendOptions bo;
-  bo.n_ctx = 512;
-  bo.n_seq = 3;
-  bo.threads = 2;
-  bo.force_cpu = true;
-  auto greedy = [](std::vector<int32_t> prompt, int max_tokens) {
-    engine::RequestParams p;
-    p.prompt = std::move(prompt);
-    p.sampler.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
-  };
-  std::vector<int32_t> long_prompt = vocab_->encode("Lily and Ben went to the park.", {.add_special = true});
-  const auto sentence = vocab_->encode(" They played with a red ball and laughed in the sun.", {.add_special = false});
-  while (long_prompt.size() < 300) long_prompt.insert(long_prompt.end(), sentence.begin(), sentence.end());
-  long_prompt.resize(300);
+  const engine::BackendOptions bo = cpu_options(3);
+  const auto long_prompt = story_prompt(300);
 
   GatedRecordingBackend backend(engine::make_backend(*model, bo));
   backend.released = false;
   engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 256, .prefill_slowdown = 2.0});
   auto stream = scheduler.submit(greedy(vocab_->encode("Once upon a time", {.add_special = true}), 40));
-  for (int i = 0; i < 30000 && backend.forwards.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(backend.forwards.load(), 2);
+  ASSERT_TRUE(backend.wait_at_gate());
   // Both wait in the queue while the stream's first decode step is held at
   // the gate; the scheduler takes both into slots before its next step.
   auto first = scheduler.submit(greedy(long_prompt, 5));
@@ -348,18 +355,6 @@ TEST_F(SchedulerTest, ABurstOfPromptsIsReadInWholeChunks) {
   EXPECT_EQ(drain(*second).end.kind, engine::StreamEvent::Kind::Done);
 
   // The first step with the stream's decode token and prompt tokens.
-  int first_mixed_prompt_tokens = 0;
-  for (const auto& batch : backend.batches()) {
-    int prompt_tokens = 0;
-    bool decode = false;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (batch.seq_ids[i] != 0 && batch.positions[i] < 300) ++prompt_tokens;
-      if (batch.seq_ids[i] == 0) decode = true;
-    }
-    if (decode && prompt_tokens > 0) {
-      first_mixed_prompt_tokens = prompt_tokens;
-      break;
-    }
-  }
-  EXPECT_EQ(first_mixed_prompt_tokens, 256);
+  const std::vector<int> chunks = prompt_chunks_beside_stream(backend.batches(), 300);
+  EXPECT_EQ(chunks.empty() ? 0 : chunks.front(), 256);
 }

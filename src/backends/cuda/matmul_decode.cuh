@@ -537,14 +537,14 @@ struct DecodeIQ4_NLWide {
   using Block = quant::BlockIQ4_NL;
   static constexpr int kUnitsPerBlock = 2;
   static constexpr int kBlockBytes = sizeof(Block);
+  static_assert(sizeof(Block) == sizeof(quant::BlockQ4_0) && offsetof(Block, qs) == offsetof(quant::BlockQ4_0, qs),
+                "IQ4_NL blocks are laid out as Q4_0's");
   using Raw = DecodeQ4_0Wide::Raw;
-  __device__ static Raw load(const uint8_t* block, int unit) {
-    return {load_8_align2(block + offsetof(Block, qs) + 8 * unit), widen_half(load_2(block))};
-  }
+  __device__ static Raw load(const uint8_t* block, int unit) { return DecodeQ4_0Wide::load(block, unit); }
   static constexpr bool kFactored = true;
   static constexpr bool kFractionQuants = false;  // levels are signed
   static constexpr int kScaleGroups = 1;
-  __device__ static int piece_offset(int unit, int piece) { return 16 * piece - 8 * unit; }
+  __device__ static int piece_offset(int unit, int piece) { return DecodeQ4_0Wide::piece_offset(unit, piece); }
   // The 16 levels as floats in shared memory: a level is one shared load
   // by its index (16 distinct words in 16 banks: no conflicts), instead of
   // two byte permutes, a select and the 2^23 subtraction. The kernel fills
