@@ -264,9 +264,12 @@ constexpr int min_blocks_per_sm(int tokens, int rows) {
 // Units a lane loads before it computes on them: enough bytes in flight per
 // lane (a large GPU needs megabytes in flight to reach its bandwidth) within
 // the register cap. The generic decoders load inside decode().
-template <class Dec, int kTokens>
+template <class Dec, int kTokens, int kRows>
 constexpr int units_per_round() {
   if (kGenericDecoder<Dec>) return 1;
+  // Two tokens of eight rows of a block format: 16 sums beside two units'
+  // bytes spill on sm_52.
+  if (Dec::kFactored && kTokens <= 2 && kTokens * kRows >= 16) return 1;
   constexpr size_t kRaw = sizeof(typename Dec::Raw);
   if (HasPieceOffset<Dec>::value) return kRaw <= 16 ? 2 : 1;  // the wide decoders: more sums per unit
   if (kRaw <= 16) return kTokens <= 2 ? 4 : kTokens == 4 ? 2 : 1;
@@ -429,7 +432,7 @@ template <class Dec, int kTokens, int kRows, int kLanes>
 void launch(const Product& p) {
   constexpr int kRowsPerBlock = kMatvecThreads / kLanes * kRows;
   const int blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  constexpr int kRound = units_per_round<Dec, kTokens>();
+  constexpr int kRound = units_per_round<Dec, kTokens, kRows>();
   // Lane order pays for its extra launch from 4 tokens on (at 1 token it
   // saved under 1 us of 10-20).
   constexpr bool kLaneOrderable = kTokens >= 4 && kLanes == kMatvecThreads && Dec::kUnit == 16 &&
@@ -464,6 +467,25 @@ constexpr int rows_per_block() {
   if (kGenericDecoder<Dec>) return 1;
   if (std::is_same_v<Dec, DecodeQ5_K> || std::is_same_v<Dec, DecodeQ6_K>) return 2;
   return 4;
+}
+
+// Rows a block computes together at one and two tokens: eight, which halve
+// the x loads per weight of four. Batch 1 is bound by the L1 pipe's
+// wavefronts on an H200 (Q8_0: some 46 per 512 weights, a third of them x
+// loads whose lanes are 64 bytes apart), and x loads are instructions the
+// M40 must issue. On an H200 (11008x4096, in a graph, us): Q8_0 19.2 ->
+// 18.1 at one token and 25.7 -> 19.4 at two, Q4_0 15.9 -> 13.5, IQ4_NL
+// 20.3 -> 17.4; at two tokens F16 27.2 -> 24.6 (4096x11008), Q4_K 21.0 ->
+// 18.2. Four stay where eight lost or spilled: the float types and Q4_K at
+// one token (F16 1-3% slower; Q4_K's 4096-row products fill only 1.3 waves
+// of its 3 blocks per SM, 13.7 -> 15.9 us), Q5_K (spills on sm_52) and Q6_K
+// (19.9 -> 24.2 us, spills).
+template <class Dec, int kTokens>
+constexpr int rows_for_few_tokens() {
+  if (kGenericDecoder<Dec>) return rows_per_block<Dec>();
+  if (std::is_same_v<Dec, DecodeQ5_KWide> || std::is_same_v<Dec, DecodeQ6_KWide>) return 4;
+  if (std::is_same_v<Dec, DecodeQ4_KWide> || !Dec::kFactored) return kTokens == 1 ? 4 : 8;
+  return 8;
 }
 
 // Rows a block computes together at 9 to 16 tokens, in one launch that
@@ -512,7 +534,7 @@ struct WideDecoder<DecodeQ6_K> {
 // leave half idle), else the whole block.
 template <class Wide, int kTokens>
 void launch_wide(const Product& p) {
-  constexpr int kRows = rows_per_block<Wide>();
+  constexpr int kRows = rows_for_few_tokens<Wide, kTokens>();
   if (p.cols / Wide::kUnit <= 64) return launch<Wide, kTokens, kRows, 64>(p);
   launch<Wide, kTokens, kRows, kMatvecThreads>(p);
 }
@@ -535,8 +557,8 @@ void launch_for_tokens(const Product& p) {
     if (p.n_tokens <= 1) return launch_wide<Wide, 1>(p);
     if (p.n_tokens <= 2) return launch_wide<Wide, 2>(p);
   } else {
-    if (p.n_tokens <= 1) return launch<Dec, 1, kRows, kLanes>(p);
-    if (p.n_tokens <= 2) return launch<Dec, 2, kRows, kLanes>(p);
+    if (p.n_tokens <= 1) return launch<Dec, 1, rows_for_few_tokens<Dec, 1>(), kLanes>(p);
+    if (p.n_tokens <= 2) return launch<Dec, 2, rows_for_few_tokens<Dec, 2>(), kLanes>(p);
   }
   if (p.n_tokens <= 4) return launch<Dec, 4, kRows, kLanes>(p);
   if constexpr (kGenericDecoder<Dec>) {
