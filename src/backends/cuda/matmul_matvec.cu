@@ -267,9 +267,12 @@ constexpr int min_blocks_per_sm(int tokens, int rows) {
 template <class Dec, int kTokens, int kRows>
 constexpr int units_per_round() {
   if (kGenericDecoder<Dec>) return 1;
-  // Two tokens of eight rows of a block format: 16 sums beside two units'
-  // bytes spill on sm_52.
-  if (Dec::kFactored && kTokens <= 2 && kTokens * kRows >= 16) return 1;
+  // Eight rows of a block format: one unit a round. At two tokens, 16 sums
+  // beside two units' bytes spill on sm_52; at one, Q8_0 and IQ4_NL are 2-4%
+  // faster on an H200 with one (Q8_0 11008x4096 17.9 -> 17.5 us) and Q4_0
+  // 7% slower (13.5 -> 14.5). More blocks per SM instead (a cap of 5 or 6)
+  // made all three 5-35% slower.
+  if (Dec::kFactored && kTokens <= 2 && kRows >= 8 && !(std::is_same_v<Dec, DecodeQ4_0Wide> && kTokens == 1)) return 1;
   constexpr size_t kRaw = sizeof(typename Dec::Raw);
   if (HasPieceOffset<Dec>::value) return kRaw <= 16 ? 2 : 1;  // the wide decoders: more sums per unit
   if (kRaw <= 16) return kTokens <= 2 ? 4 : kTokens == 4 ? 2 : 1;
