@@ -348,7 +348,8 @@ int main(int argc, char** argv) {
     std::vector<TensorType> matvec_types = {TensorType::F16,  TensorType::Q8_0, TensorType::Q4_K,
                                                   TensorType::Q4_0, TensorType::Q5_K, TensorType::Q6_K,
                                                   TensorType::IQ4_NL, TensorType::BF16, TensorType::F32,
-                                                  TensorType::Q3_K};
+                                                  TensorType::Q3_K, TensorType::Q2_K, TensorType::IQ4_XS,
+                                                  TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1};
     std::vector<int> batches = {1, 8, 32};
     if (quick) matvec_types.resize(4);  // F16, Q8_0, Q4_K, Q4_0
     if (small_only) batches = {1, 2};
@@ -436,7 +437,8 @@ int main(int argc, char** argv) {
     std::printf("| rows x cols | type | tokens | ms | GFLOP/s | %% of FMA peak |\n");
     std::printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
     const std::vector<TensorType> gemm_types = {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q4_0,
-                                                TensorType::Q6_K, TensorType::F32, TensorType::Q3_K};
+                                                TensorType::Q6_K, TensorType::F32, TensorType::Q3_K, TensorType::Q2_K,
+                                                TensorType::IQ4_XS, TensorType::Q5_0};
     constexpr int kPrefill = 512;
     auto time_gemm = [&](const Shape& shape, TensorType type, int tokens) {
       const Buffers buf(type, shape.rows, shape.cols, tokens, l2);

@@ -446,10 +446,12 @@ TEST(MatmulArguments, FusedPartsCheckTheirParts) {
 
 TEST(MatmulArguments, DedicatedKernelTypes) {
   for (const TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
-                             TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL}) {
+                             TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
+                             TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL,
+                             TensorType::IQ4_XS}) {
     EXPECT_TRUE(matvec_supported(t)) << gguf::tensor_type_name(t);
   }
-  for (const TensorType t : {TensorType::Q4_1, TensorType::Q2_K, TensorType::IQ4_XS, TensorType::Q8_1}) {
+  for (const TensorType t : {TensorType::Q8_1, TensorType::Q8_K}) {
     EXPECT_FALSE(matvec_supported(t)) << gguf::tensor_type_name(t);
   }
 }

@@ -177,6 +177,9 @@ bool fast_path_fits(const mm::Product& p) {
     case TensorType::BF16: alignment = 16, unit = 8; break;
     case TensorType::Q4_K:
     case TensorType::Q5_K: alignment = 16; break;
+    case TensorType::Q4_1:
+    case TensorType::Q2_K: alignment = 4; break;  // 4-byte loads of the 20- and 84-byte blocks
+    case TensorType::IQ4_XS: alignment = 8; break;  // 8-byte loads of the 136-byte blocks
     default: break;
   }
   return p.cols % unit == 0 && is_aligned(p.w, alignment) && p.row_bytes % alignment == 0 && is_aligned(p.x, 16);
@@ -204,7 +207,13 @@ bool matvec_supported(gguf::TensorType type) {
     case TensorType::Q4_K:
     case TensorType::Q5_K:
     case TensorType::Q6_K:
-    case TensorType::IQ4_NL: return true;
+    case TensorType::IQ4_NL:
+    case TensorType::Q4_1:
+    case TensorType::Q5_0:
+    case TensorType::Q5_1:
+    case TensorType::Q2_K:
+    case TensorType::Q3_K:
+    case TensorType::IQ4_XS: return true;
     default: return false;
   }
 }

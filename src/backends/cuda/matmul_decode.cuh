@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "quant/blocks.h"
 #include "quant/fp16.h"
@@ -485,6 +486,234 @@ struct DecodeQ6_K {
   __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.scale, 32.0f * raw.scale}; }  // (q - 32)
 };
 
+// ---------------------------------------------------------------------------
+// The other block formats (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, IQ4_XS): the
+// formats of many models made to fit a 24 GB card (Q3_K_M, Q2_K, IQ4_XS
+// files of 13B-70B models, and older Q4_1/Q5 files). Units of 16
+// consecutive values as above. Their fraction quants put the quant's bits
+// at the top of the byte's 7 (q << k, kFractionScale = 256 >> k): with 2-
+// or 3-bit quants, q / 256 would keep only a few bits beside the 1/2.
+
+// Bits 4k .. 4k + 3 of `bits` as bit `to` of bytes 0..3 (the fifth bits of
+// Q5_0/Q5_1): multiplying by 1 + 2^7 + 2^14 + 2^21 moves bit j to bit 8j
+// (the other copies land on bits that the mask clears).
+template <int to>
+__device__ __forceinline__ uint32_t spread_nibble_bits(uint32_t bits, int k) {
+  return (((bits >> (4 * k)) & 0xFu) * 0x00204081u & 0x01010101u) << to;
+}
+
+// Q4_1: unit h is the low (h = 0) or high (h = 1) nibbles of qs: values 16h
+// .. 16h + 15; value = d * q + m.
+struct DecodeQ4_1 {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockQ4_1;
+  static constexpr int kUnitsPerBlock = 2;
+  static constexpr int kBlockBytes = sizeof(Block);
+  static_assert(sizeof(Block) % 4 == 0 && offsetof(Block, qs) % 4 == 0, "4-byte loads");
+  struct Raw {
+    uint4 qs;
+    float d, m;
+  };
+  __device__ static Raw load(const uint8_t* block, int) {
+    const uint8_t* qs = block + offsetof(Block, qs);
+    const uint32_t dm = load_4(block);
+    return {make_uint4(load_4(qs), load_4(qs + 4), load_4(qs + 8), load_4(qs + 12)), widen_half(dm),
+            widen_half(dm >> 16)};
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    bytes_to_floats_offset(nibbles(word_of<2 * piece>(raw.qs), unit == 1), raw.d, -raw.m, w);
+    bytes_to_floats_offset(nibbles(word_of<2 * piece + 1>(raw.qs), unit == 1), raw.d, -raw.m, w + 4);
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = true;
+  static constexpr float kFractionScale = 32.0f;  // q << 3
+  static constexpr int kScaleGroups = 1;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    bytes_to_fractions(nibbles(word_of<2 * piece>(raw.qs), unit == 1) << 3, q);
+    bytes_to_fractions(nibbles(word_of<2 * piece + 1>(raw.qs), unit == 1) << 3, q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.d, -raw.m}; }
+};
+
+// Q5_0 and Q5_1: as Q4_1, the fifth bit of value i in bit i of qh (unit h
+// uses qh's half h); Q5_0: value = d * (q - 16), Q5_1: d * q + m.
+template <class BlockType>
+struct DecodeQ5 {
+  static constexpr bool kHasMin = std::is_same_v<BlockType, quant::BlockQ5_1>;
+  static constexpr int kUnit = 16;
+  using Block = BlockType;
+  static constexpr int kUnitsPerBlock = 2;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint4 qs;
+    uint32_t high;  // the unit's 16 fifth bits
+    float d, m;     // Q5_0: m = -16 d
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    const float d = widen_half(load_2(block));
+    float m = -16.0f * d;
+    if constexpr (kHasMin) m = widen_half(load_2(block + offsetof(Block, m)));
+    return {load_16_align2(block + offsetof(Block, qs)), load_2(block + offsetof(Block, qh) + 2 * unit), d, m};
+  }
+  // The quants of values 8 piece + 4 word .. + 3, their bits at bit `shift`.
+  template <int piece, int word, int shift>
+  __device__ static uint32_t quant_bytes(const Raw& raw, int unit) {
+    const uint32_t low = nibbles(word_of<2 * piece + word>(raw.qs), unit == 1) << shift;
+    return low | spread_nibble_bits<4 + shift>(raw.high, 2 * piece + word);
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    bytes_to_floats_offset(quant_bytes<piece, 0, 0>(raw, unit), raw.d, -raw.m, w);
+    bytes_to_floats_offset(quant_bytes<piece, 1, 0>(raw, unit), raw.d, -raw.m, w + 4);
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = true;
+  static constexpr float kFractionScale = 64.0f;  // q << 2
+  static constexpr int kScaleGroups = 1;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    bytes_to_fractions(quant_bytes<piece, 0, 2>(raw, unit), q);
+    bytes_to_fractions(quant_bytes<piece, 1, 2>(raw, unit), q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.d, -raw.m}; }
+};
+using DecodeQ5_0 = DecodeQ5<quant::BlockQ5_0>;
+using DecodeQ5_1 = DecodeQ5<quant::BlockQ5_1>;
+
+// Q2_K: unit s is sub-block s (values 16s .. 16s + 15): bits 2g of qs[32n +
+// 16h .. + 15] with n = s / 8, g = (s / 2) % 4, h = s % 2; value = d *
+// (scales[s] & 15) * q - dmin * (scales[s] >> 4).
+struct DecodeQ2_K {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockQ2_K;
+  static constexpr int kUnitsPerBlock = 16;
+  static constexpr int kBlockBytes = sizeof(Block);
+  static_assert(sizeof(Block) % 4 == 0 && offsetof(Block, qs) % 4 == 0 && offsetof(Block, d) % 4 == 0,
+                "4-byte loads");
+  struct Raw {
+    uint4 qs;
+    float scale, offset;
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    const uint8_t* qs = block + offsetof(Block, qs) + 32 * (unit >> 3) + 16 * (unit & 1);
+    const uint32_t d_dmin = load_4(block + offsetof(Block, d));
+    const uint32_t packed = __ldg(block + offsetof(Block, scales) + unit);
+    return {make_uint4(load_4(qs), load_4(qs + 4), load_4(qs + 8), load_4(qs + 12)),
+            widen_half(d_dmin) * small_uint_to_float(packed & 0xFu),
+            widen_half(d_dmin >> 16) * small_uint_to_float(packed >> 4)};
+  }
+  template <int piece, int word>
+  __device__ static uint32_t quant_bytes(const Raw& raw, int unit) {
+    return (word_of<2 * piece + word>(raw.qs) >> (2 * ((unit >> 1) & 3))) & 0x03030303u;
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    bytes_to_floats_offset(quant_bytes<piece, 0>(raw, unit), raw.scale, raw.offset, w);
+    bytes_to_floats_offset(quant_bytes<piece, 1>(raw, unit), raw.scale, raw.offset, w + 4);
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = true;
+  static constexpr float kFractionScale = 8.0f;  // q << 5
+  static constexpr int kScaleGroups = 1;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    bytes_to_fractions(quant_bytes<piece, 0>(raw, unit) << 5, q);
+    bytes_to_fractions(quant_bytes<piece, 1>(raw, unit) << 5, q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.scale, raw.offset}; }
+};
+
+// Q3_K: unit s is sub-block s: with n = s / 8, g = (s / 2) % 4, l0 = 16 (s %
+// 2), the low bits are bits 2g of qs[32n + l0 + j] and the third bit is bit
+// 4n + g of hmask[l0 + j]; value = d * scale_s * (q - 4).
+struct DecodeQ3_K {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockQ3_K;
+  static constexpr int kUnitsPerBlock = 16;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint4 qs;
+    uint4 hmask;
+    float scale;
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    const int l0 = 16 * (unit & 1);
+    const uint8_t* scales = block + offsetof(Block, scales);
+    // quant::q3_k_scale from the two bytes that hold sub-block s's bits.
+    const uint32_t low = __ldg(scales + (unit & 7)) >> (4 * (unit >> 3));
+    const uint32_t high = __ldg(scales + 8 + (unit & 3)) >> (2 * (unit >> 2));
+    const int scale = static_cast<int>((low & 0xFu) | ((high & 3u) << 4)) - 32;
+    return {load_16_align2(block + offsetof(Block, qs) + 32 * (unit >> 3) + l0),
+            load_16_align2(block + offsetof(Block, hmask) + l0),
+            widen_half(load_2(block + offsetof(Block, d))) * static_cast<float>(scale)};
+  }
+  // The quants (0..7, q - 4 is the value's) of values 8 piece + 4 word ..
+  // + 3, their bits at bit `shift`.
+  template <int piece, int word, int shift>
+  __device__ static uint32_t quant_bytes(const Raw& raw, int unit) {
+    const uint32_t low = (word_of<2 * piece + word>(raw.qs) >> (2 * ((unit >> 1) & 3))) & 0x03030303u;
+    const uint32_t third = (word_of<2 * piece + word>(raw.hmask) >> (4 * (unit >> 3) + ((unit >> 1) & 3))) & 0x01010101u;
+    return (low | (third << 2)) << shift;
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    bytes_to_floats(quant_bytes<piece, 0, 0>(raw, unit), kTwo23 + 4.0f, raw.scale, w);  // (q - 4) * scale
+    bytes_to_floats(quant_bytes<piece, 1, 0>(raw, unit), kTwo23 + 4.0f, raw.scale, w + 4);
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = true;
+  static constexpr float kFractionScale = 16.0f;  // q << 4
+  static constexpr int kScaleGroups = 1;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    bytes_to_fractions(quant_bytes<piece, 0, 4>(raw, unit), q);
+    bytes_to_fractions(quant_bytes<piece, 1, 4>(raw, unit), q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.scale, 4.0f * raw.scale}; }
+};
+
+// IQ4_XS: unit u is the low (u even) or high nibbles of qs[16s .. 16s + 15],
+// s = u / 2: values 32s + 16 (u % 2) + j; value = d * (ls - 32) * level.
+struct DecodeIQ4_XS {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockIQ4_XS;
+  static constexpr int kUnitsPerBlock = 16;
+  static constexpr int kBlockBytes = sizeof(Block);
+  static_assert(sizeof(Block) % 8 == 0 && offsetof(Block, qs) % 8 == 0, "8-byte loads");
+  struct Raw {
+    uint4 qs;
+    float scale;
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    const int s = unit >> 1;
+    const uint2* qs = reinterpret_cast<const uint2*>(block + offsetof(Block, qs) + 16 * s);
+    const uint2 a = __ldg(qs), b = __ldg(qs + 1);
+    const uint32_t d_high = load_4(block);  // d, scales_h
+    const uint32_t low = __ldg(block + offsetof(Block, scales_l) + (s >> 1)) >> (4 * (s & 1));
+    const uint32_t high = d_high >> (16 + 2 * s);
+    const int ls = static_cast<int>((low & 0xFu) | ((high & 3u) << 4)) - 32;  // quant::iq4_xs_scale
+    return {make_uint4(a.x, a.y, b.x, b.y), widen_half(d_high) * static_cast<float>(ls)};
+  }
+  template <int piece>
+  __device__ static void decode(const Raw& raw, int unit, float* w) {
+    quants<piece>(raw, unit, w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] *= raw.scale;
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = false;  // levels are signed
+  static constexpr int kScaleGroups = 1;
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    const bool high = (unit & 1) != 0;
+    bytes_to_ints(iq4_levels_biased(nibbles(word_of<2 * piece>(raw.qs), high)), kTwo23 + 128.0f, q);
+    bytes_to_ints(iq4_levels_biased(nibbles(word_of<2 * piece + 1>(raw.qs), high)), kTwo23 + 128.0f, q + 4);
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.scale, 0.0f}; }
+};
+
 // {d * scale, dmin * min} of sub-block 2 (unit / 2) + group of Q4_K or Q5_K
 // (the wide units: unit 0..7, two sub-blocks each): k_scale_min four
 // sub-blocks at a time in the bytes of a word, masks chosen by the unit
@@ -682,31 +911,6 @@ struct DecodeQ6_KWide {
   }
   __device__ static float2 unit_scale(const Raw& raw, int, int group) {
     return {raw.scale[group], 32.0f * raw.scale[group]};  // (q - 32) * scale
-  }
-};
-
-// Every other block format: quant::dequantize_value, value by value, straight
-// from the block in global memory. Slower, but the one definition by
-// construction. A unit is 16 values of one block.
-template <class BlockType>
-struct DecodeGeneric {
-  static constexpr bool kFactored = false;
-  static constexpr int kUnit = 16;
-  using Block = BlockType;
-  static_assert(Block::kValues % kUnit == 0, "units do not straddle blocks");
-  static constexpr int kUnitsPerBlock = Block::kValues / kUnit;
-  static constexpr int kBlockBytes = sizeof(Block);
-  struct Raw {
-    const Block* block;
-    int first;  // index in the block of the unit's first value
-  };
-  __device__ static Raw load(const uint8_t* block, int unit) {
-    return {reinterpret_cast<const Block*>(block), kUnit * unit};
-  }
-  template <int piece>
-  __device__ static void decode(const Raw& raw, int, float* w) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) w[j] = quant::dequantize_value(*raw.block, raw.first + 8 * piece + j);
   }
 };
 

@@ -138,7 +138,7 @@ struct Floats<4> {
 template <class Dec, class Shape>
 constexpr int min_gemm_blocks_per_sm() {
   if (Shape::kThreads == 256) return Shape::kTokenChunks == 2 ? 1 : 2;
-  return kGenericDecoder<Dec> ? 3 : 4;
+  return 4;
 }
 
 template <class Dec, class Shape>

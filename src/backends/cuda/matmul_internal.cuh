@@ -75,21 +75,15 @@ bool visit_decoder(gguf::TensorType type, Visitor&& visitor) {
     case TensorType::Q4_K: visitor(DecoderTag<DecodeQ4_K>{}); return true;
     case TensorType::Q5_K: visitor(DecoderTag<DecodeQ5_K>{}); return true;
     case TensorType::Q6_K: visitor(DecoderTag<DecodeQ6_K>{}); return true;
-    case TensorType::Q4_1: visitor(DecoderTag<DecodeGeneric<quant::BlockQ4_1>>{}); return true;
-    case TensorType::Q5_0: visitor(DecoderTag<DecodeGeneric<quant::BlockQ5_0>>{}); return true;
-    case TensorType::Q5_1: visitor(DecoderTag<DecodeGeneric<quant::BlockQ5_1>>{}); return true;
-    case TensorType::Q2_K: visitor(DecoderTag<DecodeGeneric<quant::BlockQ2_K>>{}); return true;
-    case TensorType::Q3_K: visitor(DecoderTag<DecodeGeneric<quant::BlockQ3_K>>{}); return true;
-    case TensorType::IQ4_XS: visitor(DecoderTag<DecodeGeneric<quant::BlockIQ4_XS>>{}); return true;
+    case TensorType::Q4_1: visitor(DecoderTag<DecodeQ4_1>{}); return true;
+    case TensorType::Q5_0: visitor(DecoderTag<DecodeQ5_0>{}); return true;
+    case TensorType::Q5_1: visitor(DecoderTag<DecodeQ5_1>{}); return true;
+    case TensorType::Q2_K: visitor(DecoderTag<DecodeQ2_K>{}); return true;
+    case TensorType::Q3_K: visitor(DecoderTag<DecodeQ3_K>{}); return true;
+    case TensorType::IQ4_XS: visitor(DecoderTag<DecodeIQ4_XS>{}); return true;
     default: return false;
   }
 }
-
-// The decoders that go through quant::dequantize_value value by value.
-template <class Dec>
-inline constexpr bool kGenericDecoder = false;
-template <class Block>
-inline constexpr bool kGenericDecoder<DecodeGeneric<Block>> = true;
 
 // Decode products, n_tokens 1..32, the decoder's alignment holds: the matvec
 // kernel up to kMaxMatvecKernelTokens (8 a launch; 9 to 16 in one launch of

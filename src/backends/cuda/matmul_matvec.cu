@@ -1,8 +1,8 @@
 // Decode products: y[t] = W x[t] for up to 16 tokens, every weight read once
 // for the whole batch.
 //
-// A block of 128 threads owns kRows consecutive rows (4; 2 for Q5_K and
-// Q6_K at 3 to 16 tokens, 1 for the generic decoders), or two groups of 64
+// A block of 128 threads owns kRows consecutive rows (4, or 8 at one and two
+// tokens for most types; 2 for Q5_K and Q6_K at 3 to 16), or two groups of 64
 // lanes own kRows rows each (the wide decoders on narrow rows). Each thread
 // walks the rows' units (8 or 16 consecutive values, or 16 to 64 scattered
 // ones for the wide decoders, matmul_decode.cuh) with a stride of 128 (or
@@ -179,10 +179,21 @@ __device__ __forceinline__ int piece_offset(int unit, int piece) {
   return 8 * piece;
 }
 
+// The 1 / 256 of the fraction quants, or the decoder's kFractionScale.
+template <class Dec, class = void>
+struct FractionScale {
+  static constexpr float value = 256.0f;
+};
+template <class Dec>
+struct FractionScale<Dec, std::void_t<decltype(Dec::kFractionScale)>> {
+  static constexpr float value = Dec::kFractionScale;
+};
+
 // The factored form of accumulate_unit (matmul_decode.cuh): per row, token
 // and scale group, dot(q, x) over the group's values, then acc += scale *
 // dot for the signed quants; for the fraction quants (q' = 1/2 + q / 256),
-// acc += 256 scale (dot(q', x) - sum(x) / 2) - offset * sum(x), the sum of x
+// acc += F scale (dot(q', x) - sum(x) / 2) - offset * sum(x) (F = 256 or the
+// decoder's kFractionScale), the sum of x
 // shared by all rows. Two or three instructions per weight (byte permute or
 // shared-memory load, FMA; a subtraction for Q8_0) instead of four or five.
 template <class Dec, bool kLaneOrder, int kTokens, int kRows>
@@ -230,7 +241,7 @@ __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw
       for (int t = 0; t < kTokens; ++t) {
         float& sum = acc[t * kRows + r];
         if constexpr (Dec::kFractionQuants) {
-          sum = fmaf(256.0f * scale.x, fmaf(-0.5f, x_sum[t], dot[t * kRows + r]), sum);
+          sum = fmaf(FractionScale<Dec>::value * scale.x, fmaf(-0.5f, x_sum[t], dot[t * kRows + r]), sum);
           sum = fmaf(-scale.y, x_sum[t], sum);
         } else {
           sum = fmaf(scale.x, dot[t * kRows + r], sum);
@@ -250,7 +261,6 @@ __device__ __forceinline__ void accumulate_unit_factored(const typename Dec::Raw
 // 48 bytes in IQ4_NL at 16 tokens).
 template <class Dec>
 constexpr int min_blocks_per_sm(int tokens, int rows) {
-  if (kGenericDecoder<Dec>) return 2;
   const int sums = tokens * rows;
   const bool k_quant = std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> ||
                        std::is_same_v<Dec, DecodeQ6_K> || std::is_same_v<Dec, DecodeQ4_KWide> ||
@@ -263,10 +273,9 @@ constexpr int min_blocks_per_sm(int tokens, int rows) {
 
 // Units a lane loads before it computes on them: enough bytes in flight per
 // lane (a large GPU needs megabytes in flight to reach its bandwidth) within
-// the register cap. The generic decoders load inside decode().
+// the register cap.
 template <class Dec, int kTokens, int kRows>
 constexpr int units_per_round() {
-  if (kGenericDecoder<Dec>) return 1;
   // Eight rows of a block format: one unit a round. At two tokens, 16 sums
   // beside two units' bytes spill on sm_52; at one, Q8_0 and IQ4_NL are 2-4%
   // faster on an H200 with one (Q8_0 11008x4096 17.9 -> 17.5 us) and Q4_0
@@ -439,7 +448,7 @@ void launch(const Product& p) {
   // Lane order pays for its extra launch from 4 tokens on (at 1 token it
   // saved under 1 us of 10-20).
   constexpr bool kLaneOrderable = kTokens >= 4 && kLanes == kMatvecThreads && Dec::kUnit == 16 &&
-                                  !kGenericDecoder<Dec> && !HasPieceOffset<Dec>::value;
+                                  !HasPieceOffset<Dec>::value;
   if constexpr (kLaneOrderable) {
     if (scratch_pool_ready(p.stream)) {
       constexpr int kGroupCols = kGroupUnits * Dec::kUnit;
@@ -463,11 +472,9 @@ void launch(const Product& p) {
 // Rows a block computes together: each x load serves all of them. Four
 // halve the x traffic of two (1.6x faster at 8 tokens on an H200, a little
 // at 1); Q5_K and Q6_K keep two, whose decoders need the registers (their
-// wide decoders, at 1 and 2 tokens, take four). The generic decoders need
-// the registers of a second row for themselves.
+// wide decoders, at 1 and 2 tokens, take four).
 template <class Dec>
 constexpr int rows_per_block() {
-  if (kGenericDecoder<Dec>) return 1;
   if (std::is_same_v<Dec, DecodeQ5_K> || std::is_same_v<Dec, DecodeQ6_K>) return 2;
   return 4;
 }
@@ -481,12 +488,13 @@ constexpr int rows_per_block() {
 // 20.3 -> 17.4; at two tokens F16 27.2 -> 24.6 (4096x11008), Q4_K 21.0 ->
 // 18.2. Four stay where eight lost or spilled: the float types and Q4_K at
 // one token (F16 1-3% slower; Q4_K's 4096-row products fill only 1.3 waves
-// of its 3 blocks per SM, 13.7 -> 15.9 us), Q5_K (spills on sm_52) and Q6_K
-// (19.9 -> 24.2 us, spills).
+// of its 3 blocks per SM, 13.7 -> 15.9 us), Q5_K and Q3_K (spill on sm_52)
+// and Q6_K (19.9 -> 24.2 us, spills).
 template <class Dec, int kTokens>
 constexpr int rows_for_few_tokens() {
-  if (kGenericDecoder<Dec>) return rows_per_block<Dec>();
-  if (std::is_same_v<Dec, DecodeQ5_KWide> || std::is_same_v<Dec, DecodeQ6_KWide>) return 4;
+  if (std::is_same_v<Dec, DecodeQ5_KWide> || std::is_same_v<Dec, DecodeQ6_KWide> || std::is_same_v<Dec, DecodeQ3_K>) {
+    return 4;
+  }
   if (std::is_same_v<Dec, DecodeQ4_KWide> || !Dec::kFactored) return kTokens == 1 ? 4 : 8;
   return 8;
 }
@@ -495,11 +503,15 @@ constexpr int rows_for_few_tokens() {
 // decodes each weight once for all of them; 0: two launches of 8 instead.
 // One launch of 16 x 4 sums beats two of 8 on an H200 (11008x4096: Q8_0
 // 81 -> 73 us, F16 79 -> 77; 4096x4096: Q8_0 39 -> 31, F16 35 -> 30). The
-// K-quants' 16 x 4 spill on sm_52, and Q4_K's 16 x 2 was slower than two
-// launches of 8 (96 against 89 us), so they keep two launches.
+// K-quants' 16 x 4 spill on sm_52 (as do Q3_K's, Q5_0's and Q5_1's; Q2_K's
+// and Q4_1's on sm_90), and
+// Q4_K's 16 x 2 was slower than two launches of 8 (96 against 89 us), so
+// they keep two launches.
 template <class Dec>
 constexpr int rows_for_16_tokens() {
-  if (std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> || std::is_same_v<Dec, DecodeQ6_K>) {
+  if (std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> || std::is_same_v<Dec, DecodeQ6_K> ||
+      std::is_same_v<Dec, DecodeQ2_K> || std::is_same_v<Dec, DecodeQ3_K> || std::is_same_v<Dec, DecodeQ4_1> ||
+      std::is_same_v<Dec, DecodeQ5_0> || std::is_same_v<Dec, DecodeQ5_1>) {
     return 0;
   }
   return rows_per_block<Dec>();
@@ -552,9 +564,7 @@ void launch_wide(const Product& p) {
 template <class Dec>
 void launch_for_tokens(const Product& p) {
   constexpr int kRows = rows_per_block<Dec>();
-  // The generic decoders keep a warp per row: their loads are small and
-  // many.
-  constexpr int kLanes = kGenericDecoder<Dec> ? 32 : kMatvecThreads;
+  constexpr int kLanes = kMatvecThreads;
   using Wide = typename WideDecoder<Dec>::type;
   if constexpr (!std::is_same_v<Wide, Dec>) {
     if (p.n_tokens <= 1) return launch_wide<Wide, 1>(p);
@@ -564,20 +574,13 @@ void launch_for_tokens(const Product& p) {
     if (p.n_tokens <= 2) return launch<Dec, 2, rows_for_few_tokens<Dec, 2>(), kLanes>(p);
   }
   if (p.n_tokens <= 4) return launch<Dec, 4, kRows, kLanes>(p);
-  if constexpr (kGenericDecoder<Dec>) {
-    // 8 sums of a generic decoder spill on sm_52 (CUDA 11.8): two launches
-    // of up to 4 tokens, each reading the weights (rare types only).
-    launch<Dec, 4, kRows, kLanes>(p.token_slice(0, 4));
-    return launch_for_tokens<Dec>(p.token_slice(4, p.n_tokens - 4));
+  if (p.n_tokens <= 8) return launch<Dec, 8, kRows, kLanes>(p);
+  constexpr int kRows16 = rows_for_16_tokens<Dec>();
+  if constexpr (kRows16 == 0) {
+    launch<Dec, 8, kRows, kLanes>(p.token_slice(0, 8));
+    return launch<Dec, 8, kRows, kLanes>(p.token_slice(8, p.n_tokens - 8));
   } else {
-    if (p.n_tokens <= 8) return launch<Dec, 8, kRows, kLanes>(p);
-    constexpr int kRows16 = rows_for_16_tokens<Dec>();
-    if constexpr (kRows16 == 0) {
-      launch<Dec, 8, kRows, kLanes>(p.token_slice(0, 8));
-      return launch<Dec, 8, kRows, kLanes>(p.token_slice(8, p.n_tokens - 8));
-    } else {
-      return launch<Dec, 16, kRows16, kLanes>(p);
-    }
+    return launch<Dec, 16, kRows16, kLanes>(p);
   }
 }
 
