@@ -676,6 +676,16 @@ struct DecodeQ3_K {
 
 // IQ4_XS: unit u is the low (u even) or high nibbles of qs[16s .. 16s + 15],
 // s = u / 2: values 32s + 16 (u % 2) + j; value = d * (ls - 32) * level.
+// d * (ls - 32) of IQ4_XS sub-block s (quant::iq4_xs_scale).
+__device__ __forceinline__ float iq4_xs_sub_block_scale(const uint8_t* block, int s) {
+  using Block = quant::BlockIQ4_XS;
+  const uint32_t d_high = load_4(block);  // d, scales_h
+  const uint32_t low = __ldg(block + offsetof(Block, scales_l) + (s >> 1)) >> (4 * (s & 1));
+  const uint32_t high = d_high >> (16 + 2 * s);
+  const int ls = static_cast<int>((low & 0xFu) | ((high & 3u) << 4)) - 32;
+  return widen_half(d_high) * static_cast<float>(ls);
+}
+
 struct DecodeIQ4_XS {
   static constexpr int kUnit = 16;
   using Block = quant::BlockIQ4_XS;
@@ -690,11 +700,7 @@ struct DecodeIQ4_XS {
     const int s = unit >> 1;
     const uint2* qs = reinterpret_cast<const uint2*>(block + offsetof(Block, qs) + 16 * s);
     const uint2 a = __ldg(qs), b = __ldg(qs + 1);
-    const uint32_t d_high = load_4(block);  // d, scales_h
-    const uint32_t low = __ldg(block + offsetof(Block, scales_l) + (s >> 1)) >> (4 * (s & 1));
-    const uint32_t high = d_high >> (16 + 2 * s);
-    const int ls = static_cast<int>((low & 0xFu) | ((high & 3u) << 4)) - 32;  // quant::iq4_xs_scale
-    return {make_uint4(a.x, a.y, b.x, b.y), widen_half(d_high) * static_cast<float>(ls)};
+    return {make_uint4(a.x, a.y, b.x, b.y), iq4_xs_sub_block_scale(block, s)};
   }
   template <int piece>
   __device__ static void decode(const Raw& raw, int unit, float* w) {
@@ -797,6 +803,33 @@ struct DecodeIQ4_NLWide {
       const uint32_t offset = __byte_perm(offsets[j / 4], 0u, 0x4440u | static_cast<uint32_t>(j % 4));
       q[j] = *reinterpret_cast<const float*>(reinterpret_cast<const char*>(levels) + offset);
     }
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.d, 0.0f}; }
+};
+
+// IQ4_XS, wide: IQ4_NL's wide units within each 32-value sub-block: unit u
+// (0..15), s = u / 2, h = u % 2, is the 8 bytes qs[16s + 8h .. + 7] with
+// both nibbles (values 32s + 8h + j and 32s + 16 + 8h + j), one scale, the
+// levels from the same shared-memory table.
+struct DecodeIQ4_XSWide {
+  static constexpr int kUnit = 16;
+  using Block = quant::BlockIQ4_XS;
+  static constexpr int kUnitsPerBlock = 16;
+  static constexpr int kBlockBytes = sizeof(Block);
+  using Raw = DecodeIQ4_NLWide::Raw;  // d: the sub-block's scale
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    return {__ldg(reinterpret_cast<const uint2*>(block + offsetof(Block, qs) + 8 * unit)),
+            iq4_xs_sub_block_scale(block, unit >> 1)};
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = false;
+  static constexpr int kScaleGroups = 1;
+  __device__ static int piece_offset(int unit, int piece) { return DecodeQ4_0Wide::piece_offset(unit & 1, piece); }
+  static constexpr bool kSharedTable = true;
+  __device__ static void fill_table() { DecodeIQ4_NLWide::fill_table(); }
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int unit, float* q) {
+    DecodeIQ4_NLWide::quants<piece>(raw, unit, q);
   }
   __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.d, 0.0f}; }
 };
@@ -911,6 +944,63 @@ struct DecodeQ6_KWide {
   }
   __device__ static float2 unit_scale(const Raw& raw, int, int group) {
     return {raw.scale[group], 32.0f * raw.scale[group]};  // (q - 32) * scale
+  }
+};
+
+// Q3_K, wide: unit u (0..3), with n = u / 2 and h = u % 2, is the 64 values
+// 128n + 32g + 16h + j (g = 0..3, j = 0..15): sub-blocks 8n + 2g + h. Their
+// low bits are bits 2g of qs[32n + 16h ..], their third bits bits 4n + g of
+// hmask[16h ..]: the 16 qs bytes are used whole, the hmask bytes half.
+struct DecodeQ3_KWide {
+  static constexpr int kUnit = 64;
+  using Block = quant::BlockQ3_K;
+  static constexpr int kUnitsPerBlock = 4;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint4 qs;
+    uint4 hmask;     // shifted right by 4n: bit g is sub-block group g's
+    float scale[4];  // d * scale of sub-block 8n + 2g + h, g = 0..3
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    const int n = unit >> 1, h = unit & 1;
+    const uint8_t* scales = block + offsetof(Block, scales);
+    Raw raw{load_16_align2(block + offsetof(Block, qs) + 32 * n + 16 * h),
+            load_16_align2(block + offsetof(Block, hmask) + 16 * h),
+            {}};
+    const uint32_t shift = 4u * static_cast<uint32_t>(n);
+    raw.hmask = make_uint4(raw.hmask.x >> shift, raw.hmask.y >> shift, raw.hmask.z >> shift, raw.hmask.w >> shift);
+    const float d = widen_half(load_2(block + offsetof(Block, d)));
+    // quant::q3_k_scale of s = 8n + 2g + h: low nibble n of scales[2g + h],
+    // top bits 2 (2n + g / 2) of scales[8 + 2 (g % 2) + h].
+    const uint32_t top[2] = {__ldg(scales + 8 + h), __ldg(scales + 10 + h)};
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const uint32_t low = (__ldg(scales + 2 * g + h) >> shift) & 0xFu;
+      const uint32_t high = (top[g & 1] >> (shift + 2u * static_cast<uint32_t>(g >> 1))) & 3u;
+      raw.scale[g] = d * static_cast<float>(static_cast<int>(low | (high << 4)) - 32);
+    }
+    return raw;
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = true;
+  static constexpr float kFractionScale = 16.0f;  // q << 4
+  static constexpr int kScaleGroups = 4;
+  __device__ static int piece_offset(int unit, int piece) { return DecodeQ6_KWide::piece_offset(unit, piece); }
+  // Piece p: g = p / 2, values j = 8 (p % 2) .. + 7; q (0..7) at bits 4..6.
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int, float* q) {
+    constexpr int kGroup = piece / 2;
+    constexpr int kWord = 2 * (piece % 2);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t qs = k == 0 ? word_of<kWord>(raw.qs) : word_of<kWord + 1>(raw.qs);
+      const uint32_t hm = k == 0 ? word_of<kWord>(raw.hmask) : word_of<kWord + 1>(raw.hmask);
+      const uint32_t low = (kGroup <= 2 ? qs << (4 - 2 * kGroup) : qs >> (2 * kGroup - 4)) & 0x30303030u;
+      bytes_to_fractions(low | ((hm << (6 - kGroup)) & 0x40404040u), q + 4 * k);
+    }
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int group) {
+    return {raw.scale[group], 4.0f * raw.scale[group]};  // (q - 4) * scale
   }
 };
 

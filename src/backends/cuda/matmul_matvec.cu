@@ -264,7 +264,8 @@ constexpr int min_blocks_per_sm(int tokens, int rows) {
   const int sums = tokens * rows;
   const bool k_quant = std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> ||
                        std::is_same_v<Dec, DecodeQ6_K> || std::is_same_v<Dec, DecodeQ4_KWide> ||
-                       std::is_same_v<Dec, DecodeQ5_KWide> || std::is_same_v<Dec, DecodeQ6_KWide>;
+                       std::is_same_v<Dec, DecodeQ5_KWide> || std::is_same_v<Dec, DecodeQ6_KWide> ||
+                       std::is_same_v<Dec, DecodeQ3_KWide>;
   if (sums <= 4 && rows <= 2 && tokens == 1) return 6;
   if (sums > 32) return 2;
   if (k_quant) return sums <= 4 ? 4 : sums <= 8 ? 3 : 2;
@@ -489,10 +490,11 @@ constexpr int rows_per_block() {
 // 18.2. Four stay where eight lost or spilled: the float types and Q4_K at
 // one token (F16 1-3% slower; Q4_K's 4096-row products fill only 1.3 waves
 // of its 3 blocks per SM, 13.7 -> 15.9 us), Q5_K and Q3_K (spill on sm_52)
-// and Q6_K (19.9 -> 24.2 us, spills).
+// and Q6_K (19.9 -> 24.2 us, spills). IQ4_XS, with IQ4_NL's units, takes
+// eight.
 template <class Dec, int kTokens>
 constexpr int rows_for_few_tokens() {
-  if (std::is_same_v<Dec, DecodeQ5_KWide> || std::is_same_v<Dec, DecodeQ6_KWide> || std::is_same_v<Dec, DecodeQ3_K>) {
+  if (std::is_same_v<Dec, DecodeQ5_KWide> || std::is_same_v<Dec, DecodeQ6_KWide> || std::is_same_v<Dec, DecodeQ3_KWide>) {
     return 4;
   }
   if (std::is_same_v<Dec, DecodeQ4_KWide> || !Dec::kFactored) return kTokens == 1 ? 4 : 8;
@@ -542,6 +544,14 @@ struct WideDecoder<DecodeQ5_K> {
 template <>
 struct WideDecoder<DecodeQ6_K> {
   using type = DecodeQ6_KWide;
+};
+template <>
+struct WideDecoder<DecodeQ3_K> {
+  using type = DecodeQ3_KWide;
+};
+template <>
+struct WideDecoder<DecodeIQ4_XS> {
+  using type = DecodeIQ4_XSWide;
 };
 
 // A wide decoder's product: groups of 64 lanes when a row has at most 64
