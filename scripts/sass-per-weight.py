@@ -32,7 +32,7 @@ for f in funcs[1:]:
     if not loops: continue
     lo, hi = max(loops, key=lambda l: l[1] - l[0])
     body = [op for a, op, _ in ins if lo <= a <= hi and op not in ('NOP',)]
-    unit = {'DecodeF16': 8, 'DecodeBF16': 8, 'DecodeF32': 8, 'DecodeQ4_KWide': 32, 'DecodeQ5_KWide': 32, 'DecodeQ6_KWide': 64, 'DecodeQ3_KWide': 64}.get(dec, 16)  # kUnit
+    unit = {'DecodeF16': 8, 'DecodeBF16': 8, 'DecodeF32': 8, 'DecodeQ4_KWide': 32, 'DecodeQ5_KWide': 32, 'DecodeQ6_KWide': 64, 'DecodeQ3_KWide': 64, 'DecodeQ2_KWide': 64}.get(dec, 16)  # kUnit
     weights = int(U) * int(R) * unit
     c = Counter(o.split('.')[0] for o in body)
     print(f"{dec:10s} T={T} rows={R} units/round={U}{' lane-ordered' if lane_order == 'true' else ''}: {len(body)} instr per trip, {weights} weights -> {len(body)/weights:.2f} per weight; "

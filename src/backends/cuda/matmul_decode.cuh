@@ -1004,4 +1004,51 @@ struct DecodeQ3_KWide {
   }
 };
 
+// Q2_K, wide: unit u (0..3), with n = u / 2 and h = u % 2, is the 64 values
+// 128n + 32g + 16h + j (g = 0..3): bits 2g of qs[32n + 16h ..], every bit
+// used; sub-blocks 8n + 2g + h, whose scale bytes are scales[8n + h + 2g].
+struct DecodeQ2_KWide {
+  static constexpr int kUnit = 64;
+  using Block = quant::BlockQ2_K;
+  static constexpr int kUnitsPerBlock = 4;
+  static constexpr int kBlockBytes = sizeof(Block);
+  struct Raw {
+    uint4 qs;
+    float scale[4], offset[4];  // sub-block 8n + 2g + h: d * scale, dmin * min
+  };
+  __device__ static Raw load(const uint8_t* block, int unit) {
+    const int n = unit >> 1, h = unit & 1;
+    const uint8_t* qs = block + offsetof(Block, qs) + 32 * n + 16 * h;
+    const uint8_t* scales = block + offsetof(Block, scales) + 8 * n;
+    Raw raw{make_uint4(load_4(qs), load_4(qs + 4), load_4(qs + 8), load_4(qs + 12)), {}, {}};
+    const uint32_t packed[2] = {load_4(scales), load_4(scales + 4)};
+    const uint32_t d_dmin = load_4(block + offsetof(Block, d));
+    const float d = widen_half(d_dmin), dmin = widen_half(d_dmin >> 16);
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const uint32_t byte = (packed[g >> 1] >> (8 * (2 * (g & 1) + h))) & 0xFFu;
+      raw.scale[g] = d * small_uint_to_float(byte & 0xFu);
+      raw.offset[g] = dmin * small_uint_to_float(byte >> 4);
+    }
+    return raw;
+  }
+  static constexpr bool kFactored = true;
+  static constexpr bool kFractionQuants = true;
+  static constexpr float kFractionScale = 8.0f;  // q << 5
+  static constexpr int kScaleGroups = 4;
+  __device__ static int piece_offset(int unit, int piece) { return DecodeQ6_KWide::piece_offset(unit, piece); }
+  // Piece p: g = p / 2, values j = 8 (p % 2) .. + 7; q (0..3) at bits 5..6.
+  template <int piece>
+  __device__ static void quants(const Raw& raw, int, float* q) {
+    constexpr int kGroup = piece / 2;
+    constexpr int kWord = 2 * (piece % 2);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t qs = k == 0 ? word_of<kWord>(raw.qs) : word_of<kWord + 1>(raw.qs);
+      bytes_to_fractions((kGroup <= 2 ? qs << (5 - 2 * kGroup) : qs >> 1) & 0x60606060u, q + 4 * k);
+    }
+  }
+  __device__ static float2 unit_scale(const Raw& raw, int, int group) { return {raw.scale[group], raw.offset[group]}; }
+};
+
 }  // namespace m40::cuda::mm

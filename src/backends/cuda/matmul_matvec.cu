@@ -265,7 +265,7 @@ constexpr int min_blocks_per_sm(int tokens, int rows) {
   const bool k_quant = std::is_same_v<Dec, DecodeQ4_K> || std::is_same_v<Dec, DecodeQ5_K> ||
                        std::is_same_v<Dec, DecodeQ6_K> || std::is_same_v<Dec, DecodeQ4_KWide> ||
                        std::is_same_v<Dec, DecodeQ5_KWide> || std::is_same_v<Dec, DecodeQ6_KWide> ||
-                       std::is_same_v<Dec, DecodeQ3_KWide>;
+                       std::is_same_v<Dec, DecodeQ2_KWide> || std::is_same_v<Dec, DecodeQ3_KWide>;
   if (sums <= 4 && rows <= 2 && tokens == 1) return 6;
   if (sums > 32) return 2;
   if (k_quant) return sums <= 4 ? 4 : sums <= 8 ? 3 : 2;
@@ -544,6 +544,10 @@ struct WideDecoder<DecodeQ5_K> {
 template <>
 struct WideDecoder<DecodeQ6_K> {
   using type = DecodeQ6_KWide;
+};
+template <>
+struct WideDecoder<DecodeQ2_K> {
+  using type = DecodeQ2_KWide;
 };
 template <>
 struct WideDecoder<DecodeQ3_K> {
