@@ -27,24 +27,90 @@ const std::map<std::string, SyntheticShape>& shapes() {
   return table;
 }
 
+// How llama-quantize spreads bits over the matrices for a file type; `kNone`
+// stores every matrix but the output head in the recipe's type (as Q3_K_S does).
+enum class Mix { kNone, kQ2_K, kQ3_K_M, kQ3_K_L, kQ4_K_M, kIQ4 };
+
 // llama_ftype values (llama.h) for general.file_type.
 struct Recipe {
   TensorType matrices;
   uint32_t file_type;
+  Mix mix = Mix::kNone;
 };
 const std::map<std::string, Recipe>& recipes() {
   static const std::map<std::string, Recipe> table = {
-      {"f32", {TensorType::F32, 0}},   {"f16", {TensorType::F16, 1}},   {"q4_0", {TensorType::Q4_0, 2}},
-      {"q8_0", {TensorType::Q8_0, 7}}, {"q4_k", {TensorType::Q4_K, 14}}, {"q4_k_m", {TensorType::Q4_K, 15}},
-      {"q5_k", {TensorType::Q5_K, 16}}, {"q6_k", {TensorType::Q6_K, 18}},
+      {"f32", {TensorType::F32, 0}},
+      {"f16", {TensorType::F16, 1}},
+      {"q4_0", {TensorType::Q4_0, 2}},
+      {"q4_1", {TensorType::Q4_1, 3}},
+      {"q8_0", {TensorType::Q8_0, 7}},
+      {"q5_0", {TensorType::Q5_0, 8}},
+      {"q5_1", {TensorType::Q5_1, 9}},
+      {"q2_k", {TensorType::Q2_K, 10, Mix::kQ2_K}},
+      {"q3_k_s", {TensorType::Q3_K, 11}},
+      {"q3_k_m", {TensorType::Q3_K, 12, Mix::kQ3_K_M}},
+      {"q3_k_l", {TensorType::Q3_K, 13, Mix::kQ3_K_L}},
+      {"q4_k", {TensorType::Q4_K, 14}},
+      {"q4_k_m", {TensorType::Q4_K, 15, Mix::kQ4_K_M}},
+      {"q5_k", {TensorType::Q5_K, 16}},
+      {"q6_k", {TensorType::Q6_K, 18}},
+      {"iq4_nl", {TensorType::IQ4_NL, 25, Mix::kIQ4}},
+      {"iq4_xs", {TensorType::IQ4_XS, 30, Mix::kIQ4}},
   };
   return table;
 }
 
-// llama.cpp's Q4_K_M gives more bits to attn_v and ffn_down in the first and
-// last eighth of the layers and in every third layer between them.
+// The weight matrices of a llama model, each of which gets its own type.
+enum class Matrix { kTokenEmbd, kAttnQ, kAttnK, kAttnV, kAttnOutput, kFfnGate, kFfnUp, kFfnDown, kOutput };
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and
+// every third layer between them (where Q4_K_M raises attn_v and ffn_down).
 bool uses_more_bits(uint32_t layer, uint32_t n_layer) {
   return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+// The type llama-quantize gives `matrix` of `layer`: llama_tensor_get_type in
+// llama.cpp's src/llama-quant.cpp, for a llama model quantized without an
+// importance matrix (its extra rules for 70B and mixture-of-experts models are
+// left out). token_embd keeps the recipe's type, the output head is Q6_K for
+// every quantized type but Q8_0, and each mix raises some of attn_v,
+// attn_output and ffn_down; attn_v further when 4 or more query heads share a
+// KV head (llama.cpp's n_gqa() >= 4).
+TensorType matrix_type(const Recipe& recipe, Matrix matrix, uint32_t layer, const SyntheticShape& s) {
+  const TensorType base = recipe.matrices;
+  if (matrix == Matrix::kOutput) {
+    const bool quantized = base != TensorType::F32 && base != TensorType::F16;
+    return quantized && base != TensorType::Q8_0 ? TensorType::Q6_K : base;
+  }
+  const bool grouped_kv = s.n_head / s.n_head_kv >= 4;
+  switch (matrix) {
+    case Matrix::kAttnV:
+      switch (recipe.mix) {
+        case Mix::kQ2_K: return grouped_kv ? TensorType::Q4_K : TensorType::Q3_K;
+        case Mix::kQ3_K_M: return layer < 2 ? TensorType::Q5_K : TensorType::Q4_K;
+        case Mix::kQ3_K_L: return TensorType::Q5_K;
+        case Mix::kIQ4: return grouped_kv ? TensorType::Q5_K : base;
+        case Mix::kQ4_K_M: return uses_more_bits(layer, s.n_layer) ? TensorType::Q6_K : base;
+        default: return base;
+      }
+    case Matrix::kFfnDown:
+      switch (recipe.mix) {
+        case Mix::kQ2_K: return TensorType::Q3_K;
+        case Mix::kQ3_K_M: return layer < s.n_layer / 16 ? TensorType::Q5_K : TensorType::Q4_K;
+        case Mix::kQ3_K_L: return TensorType::Q5_K;
+        case Mix::kIQ4: return layer < s.n_layer / 8 ? TensorType::Q5_K : base;
+        case Mix::kQ4_K_M: return uses_more_bits(layer, s.n_layer) ? TensorType::Q6_K : base;
+        default: return base;
+      }
+    case Matrix::kAttnOutput:
+      switch (recipe.mix) {
+        case Mix::kQ2_K: return TensorType::Q3_K;
+        case Mix::kQ3_K_M: return TensorType::Q4_K;
+        case Mix::kQ3_K_L: return TensorType::Q5_K;
+        default: return base;
+      }
+    default: return base;
+  }
 }
 
 uint64_t splitmix64(uint64_t& state) {
@@ -138,13 +204,7 @@ SyntheticReport write_synthetic_llama(const SyntheticOptions& options, const std
   const uint64_t n_embd = s.n_embd, n_ff = s.n_ff;
   const uint64_t head_dim = n_embd / s.n_head;
   const uint64_t n_embd_kv = head_dim * s.n_head_kv;
-  const bool mix = options.recipe == "q4_k_m";
   const bool quantized = recipe.matrices != TensorType::F32 && recipe.matrices != TensorType::F16;
-  // llama.cpp keeps the output head at Q6_K for its 4- and 5-bit types.
-  const TensorType output_type = (mix || recipe.matrices == TensorType::Q4_0 || recipe.matrices == TensorType::Q4_K ||
-                                  recipe.matrices == TensorType::Q5_K)
-                                     ? TensorType::Q6_K
-                                     : recipe.matrices;
 
   const float sd_embd = 1.0f / std::sqrt(static_cast<float>(n_embd));
   const float sd_ff = 1.0f / std::sqrt(static_cast<float>(n_ff));
@@ -154,22 +214,22 @@ SyntheticReport write_synthetic_llama(const SyntheticOptions& options, const std
   };
   auto norm = [&](std::string name) { plan.push_back({std::move(name), TensorType::F32, {n_embd}, 1.0f, 0.1f}); };
 
-  matrix("token_embd.weight", recipe.matrices, n_embd, n_vocab, 1.0f);
+  auto type_of = [&](Matrix m, uint32_t layer) { return matrix_type(recipe, m, layer, s); };
+  matrix("token_embd.weight", type_of(Matrix::kTokenEmbd, 0), n_embd, n_vocab, 1.0f);
   for (uint32_t i = 0; i < s.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
-    const TensorType more = mix && uses_more_bits(i, s.n_layer) ? TensorType::Q6_K : recipe.matrices;
     norm(p + "attn_norm.weight");
-    matrix(p + "attn_q.weight", recipe.matrices, n_embd, n_embd, sd_embd);
-    matrix(p + "attn_k.weight", recipe.matrices, n_embd, n_embd_kv, sd_embd);
-    matrix(p + "attn_v.weight", more, n_embd, n_embd_kv, sd_embd);
-    matrix(p + "attn_output.weight", recipe.matrices, n_embd, n_embd, sd_embd);
+    matrix(p + "attn_q.weight", type_of(Matrix::kAttnQ, i), n_embd, n_embd, sd_embd);
+    matrix(p + "attn_k.weight", type_of(Matrix::kAttnK, i), n_embd, n_embd_kv, sd_embd);
+    matrix(p + "attn_v.weight", type_of(Matrix::kAttnV, i), n_embd, n_embd_kv, sd_embd);
+    matrix(p + "attn_output.weight", type_of(Matrix::kAttnOutput, i), n_embd, n_embd, sd_embd);
     norm(p + "ffn_norm.weight");
-    matrix(p + "ffn_gate.weight", recipe.matrices, n_embd, n_ff, sd_embd);
-    matrix(p + "ffn_up.weight", recipe.matrices, n_embd, n_ff, sd_embd);
-    matrix(p + "ffn_down.weight", more, n_ff, n_embd, sd_ff);
+    matrix(p + "ffn_gate.weight", type_of(Matrix::kFfnGate, i), n_embd, n_ff, sd_embd);
+    matrix(p + "ffn_up.weight", type_of(Matrix::kFfnUp, i), n_embd, n_ff, sd_embd);
+    matrix(p + "ffn_down.weight", type_of(Matrix::kFfnDown, i), n_ff, n_embd, sd_ff);
   }
   norm("output_norm.weight");
-  matrix("output.weight", output_type, n_embd, n_vocab, 4.0f * sd_embd);
+  matrix("output.weight", type_of(Matrix::kOutput, 0), n_embd, n_vocab, 4.0f * sd_embd);
 
   gguf::Writer writer;
   gguf::Metadata& m = writer.metadata();

@@ -2,7 +2,9 @@
 // quantizers with a per-(sub-)block scale (and offset) search. They make valid
 // blocks with finite scales and small error; they do not try to match
 // llama.cpp's error-minimizing quantizers bit for bit. Fast enough to fill
-// multi-gigabyte random models (the gen-model command).
+// multi-gigabyte random models (the gen-model command). The per-format code
+// is in quantize_block32.cpp (32-value blocks) and quantize_k.cpp (256-value
+// super-blocks).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +13,8 @@
 
 namespace m40::quant {
 
-// True for F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K.
+// True for F32, F16, BF16 and every block format of blocks.h: Q4_0, Q4_1,
+// Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS.
 bool can_quantize(gguf::TensorType type);
 
 // Stores the n floats of src at dst in `type`'s layout (n / block size blocks).

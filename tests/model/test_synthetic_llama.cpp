@@ -5,6 +5,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <utility>
 
 #include "gguf/file.h"
 #include "model/synthetic_llama.h"
@@ -71,6 +74,86 @@ TEST_F(SyntheticLlama, TensorTypesMatchLlamaQuantizeOnTheSameShape) {
   }
 }
 
+// llama-quantize's mixes (llama_tensor_get_type in llama.cpp's
+// src/llama-quant.cpp) on 32 layers, as llama2-7b has: which matrices get more
+// bits in which layers, and the file type each recipe records.
+TEST_F(SyntheticLlama, MixesRaiseTheMatricesLlamaQuantizeRaises) {
+  struct Expect {
+    const char* recipe;
+    uint32_t kv_heads;  // of 4 heads: 4 is plain attention, 1 puts 4 query heads on each KV head
+    const char* tensor;
+    TensorType type;
+  };
+  const Expect expectations[] = {
+      {"q2_k", 4, "token_embd.weight", TensorType::Q2_K},
+      {"q2_k", 4, "blk.5.attn_q.weight", TensorType::Q2_K},
+      {"q2_k", 4, "blk.5.ffn_up.weight", TensorType::Q2_K},
+      {"q2_k", 4, "blk.5.attn_v.weight", TensorType::Q3_K},
+      {"q2_k", 4, "blk.5.attn_output.weight", TensorType::Q3_K},
+      {"q2_k", 4, "blk.5.ffn_down.weight", TensorType::Q3_K},
+      {"q2_k", 4, "output.weight", TensorType::Q6_K},
+      {"q2_k", 1, "blk.5.attn_v.weight", TensorType::Q4_K},
+      {"q3_k_s", 4, "blk.0.attn_v.weight", TensorType::Q3_K},
+      {"q3_k_s", 4, "blk.0.ffn_down.weight", TensorType::Q3_K},
+      {"q3_k_s", 4, "output.weight", TensorType::Q6_K},
+      {"q3_k_m", 4, "blk.1.attn_v.weight", TensorType::Q5_K},
+      {"q3_k_m", 4, "blk.2.attn_v.weight", TensorType::Q4_K},
+      {"q3_k_m", 4, "blk.1.ffn_down.weight", TensorType::Q5_K},  // the first 32 / 16 layers
+      {"q3_k_m", 4, "blk.2.ffn_down.weight", TensorType::Q4_K},
+      {"q3_k_m", 4, "blk.31.attn_output.weight", TensorType::Q4_K},
+      {"q3_k_m", 4, "blk.9.ffn_gate.weight", TensorType::Q3_K},
+      {"q3_k_l", 4, "blk.9.attn_v.weight", TensorType::Q5_K},
+      {"q3_k_l", 4, "blk.9.attn_output.weight", TensorType::Q5_K},
+      {"q3_k_l", 4, "blk.9.ffn_down.weight", TensorType::Q5_K},
+      {"q3_k_l", 4, "blk.9.attn_k.weight", TensorType::Q3_K},
+      {"iq4_nl", 4, "blk.3.ffn_down.weight", TensorType::Q5_K},  // the first 32 / 8 layers
+      {"iq4_nl", 4, "blk.4.ffn_down.weight", TensorType::IQ4_NL},
+      {"iq4_nl", 4, "blk.0.attn_v.weight", TensorType::IQ4_NL},
+      {"iq4_nl", 1, "blk.0.attn_v.weight", TensorType::Q5_K},
+      {"iq4_nl", 4, "output.weight", TensorType::Q6_K},
+      {"iq4_xs", 4, "blk.3.ffn_down.weight", TensorType::Q5_K},
+      {"iq4_xs", 4, "blk.4.ffn_down.weight", TensorType::IQ4_XS},
+      {"iq4_xs", 1, "blk.9.attn_v.weight", TensorType::Q5_K},
+      {"iq4_xs", 4, "blk.9.attn_q.weight", TensorType::IQ4_XS},
+      {"q4_k_m", 4, "blk.3.attn_v.weight", TensorType::Q6_K},  // use_more_bits: layers 0-3, 28-31, 6, 9, ...
+      {"q4_k_m", 4, "blk.4.attn_v.weight", TensorType::Q4_K},
+      {"q4_k_m", 4, "blk.6.ffn_down.weight", TensorType::Q6_K},
+      {"q4_k_m", 4, "blk.7.ffn_down.weight", TensorType::Q4_K},
+      {"q4_k_m", 4, "blk.28.ffn_down.weight", TensorType::Q6_K},
+      {"q4_1", 4, "blk.0.ffn_down.weight", TensorType::Q4_1},
+      {"q4_1", 4, "output.weight", TensorType::Q6_K},
+      {"q5_0", 4, "blk.0.attn_v.weight", TensorType::Q5_0},
+      {"q5_1", 4, "blk.0.attn_v.weight", TensorType::Q5_1},
+      {"q5_1", 4, "output.weight", TensorType::Q6_K},
+  };
+  const std::map<std::string, uint32_t> file_types = {
+      {"q4_1", 3},    {"q5_0", 8},    {"q5_1", 9},    {"q2_k", 10},   {"q3_k_s", 11},
+      {"q3_k_m", 12}, {"q3_k_l", 13}, {"q4_k_m", 15}, {"iq4_nl", 25}, {"iq4_xs", 30},
+  };
+  std::map<std::pair<std::string, uint32_t>, std::unique_ptr<gguf::File>> files;
+  auto file = [&](const std::string& recipe, uint32_t kv_heads) -> const gguf::File& {
+    auto& f = files[{recipe, kv_heads}];
+    if (!f) {
+      auto o = options(recipe);
+      o.shape.n_layer = 32;
+      o.shape.n_ff = 256;
+      o.shape.n_head_kv = kv_heads;
+      auto path = temp_model("mix_" + recipe);
+      model::write_synthetic_llama(o, path.string());
+      f = std::make_unique<gguf::File>(gguf::File::open(path.string()));
+      std::filesystem::remove(path);  // the open file keeps its mapping
+    }
+    return *f;
+  };
+  for (const Expect& e : expectations) {
+    EXPECT_EQ(file(e.recipe, e.kv_heads).tensor(e.tensor).type, e.type)
+        << e.recipe << " " << e.tensor << " with " << e.kv_heads << " KV heads";
+  }
+  for (const auto& [recipe, file_type] : file_types) {
+    EXPECT_EQ(file(recipe, 4).metadata().get<uint32_t>("general.file_type"), file_type) << recipe;
+  }
+}
+
 TEST_F(SyntheticLlama, CopiesTheTokenizerAndIsDeterministic) {
   auto a = temp_model("det_a"), b = temp_model("det_b"), c = temp_model("det_c");
   auto o = options("q4_k");
@@ -92,7 +175,8 @@ TEST_F(SyntheticLlama, CopiesTheTokenizerAndIsDeterministic) {
 // Dequantized weights have the spread the recipe asks for, with no
 // non-finite value and no all-zero block.
 TEST_F(SyntheticLlama, WeightsHaveRealisticMagnitudes) {
-  for (const std::string recipe : {"f16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}) {
+  for (const std::string recipe : {"f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs", "q2_k", "q3_k_s",
+                                   "q4_k", "q5_k", "q6_k"}) {
     SCOPED_TRACE(recipe);
     auto path = temp_model("stats_" + recipe);
     model::write_synthetic_llama(options(recipe), path.string());

@@ -1,6 +1,7 @@
 // quantize_row -> dequantize_row round trips on random gaussian rows of many
-// blocks: bounded error per type, finite scales, and the edges (all-zero
-// sub-blocks, one-signed data, very small and very large magnitudes).
+// blocks: bounded error per type (rms over a row, and per value against its
+// block's stored step), finite scales, and the edges (all-zero sub-blocks,
+// one-signed data, very small and very large magnitudes).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -16,6 +18,7 @@
 #include "quant/dequantize.h"
 #include "quant/fp16.h"
 #include "quant/quantize.h"
+#include "quant/random_blocks.h"
 
 namespace m40::quant {
 namespace {
@@ -74,6 +77,9 @@ void expect_finite_scales(TensorType type, const std::vector<uint8_t>& bytes) {
     const auto* blocks = reinterpret_cast<const Block*>(bytes.data());
     for (size_t b = 0; b < bytes.size() / sizeof(Block); ++b) {
       ASSERT_TRUE(std::isfinite(half_to_float(blocks[b].d))) << "block " << b;
+      if constexpr (requires { blocks[b].m; }) {
+        ASSERT_TRUE(std::isfinite(half_to_float(blocks[b].m))) << "block " << b;
+      }
       if constexpr (requires { blocks[b].dmin; }) {
         ASSERT_TRUE(std::isfinite(half_to_float(blocks[b].dmin))) << "block " << b;
       }
@@ -89,9 +95,11 @@ struct Bound {
 // Relative rms error bounds on gaussian rows. For scale, round-to-nearest
 // with a uniform quantizer of b bits over +-3 sigma gives about 3.5 / 2^b.
 const Bound kBounds[] = {
-    {TensorType::F16, 3e-4},  {TensorType::BF16, 2.2e-3}, {TensorType::Q8_0, 0.007},
-    {TensorType::Q4_0, 0.11}, {TensorType::Q4_K, 0.10},   {TensorType::Q5_K, 0.05},
-    {TensorType::Q6_K, 0.025},
+    {TensorType::F16, 3e-4},   {TensorType::BF16, 2.2e-3}, {TensorType::Q8_0, 0.007},
+    {TensorType::Q4_0, 0.11},  {TensorType::Q4_1, 0.10},   {TensorType::Q5_0, 0.055},
+    {TensorType::Q5_1, 0.05},  {TensorType::IQ4_NL, 0.105}, {TensorType::Q2_K, 0.45},
+    {TensorType::Q3_K, 0.20},  {TensorType::Q4_K, 0.10},   {TensorType::Q5_K, 0.05},
+    {TensorType::Q6_K, 0.025}, {TensorType::IQ4_XS, 0.105},
 };
 
 class RoundTrip : public ::testing::TestWithParam<Bound> {};
@@ -161,6 +169,66 @@ TEST(RoundTripBound, Q4_0ErrorIsAtMostOneStep) {
   }
 }
 
+template <class Block>
+const Block& block_of_value(const std::vector<uint8_t>& bytes, size_t i) {
+  return reinterpret_cast<const Block*>(bytes.data())[i / Block::kValues];
+}
+
+// The largest error the quantizer may leave at value i, from its block's
+// stored scales: half a step where every value lies between two levels; one
+// step where the far side of a symmetric format clamps (the extreme maps to
+// the lowest level, the other sign may reach one past the highest); and for
+// the IQ4 levels, which reach -127 but only +113, 14 level units.
+float allowed_error(TensorType type, const std::vector<uint8_t>& bytes, size_t i) {
+  const int sub16 = static_cast<int>(i % 256) / 16;
+  const int sub32 = static_cast<int>(i % 256) / 32;
+  switch (type) {
+    case TensorType::Q4_1: return 0.5f * half_to_float(block_of_value<BlockQ4_1>(bytes, i).d);
+    case TensorType::Q5_1: return 0.5f * half_to_float(block_of_value<BlockQ5_1>(bytes, i).d);
+    case TensorType::Q5_0: return std::fabs(half_to_float(block_of_value<BlockQ5_0>(bytes, i).d));
+    case TensorType::IQ4_NL: return 14.0f * std::fabs(half_to_float(block_of_value<BlockIQ4_NL>(bytes, i).d));
+    case TensorType::Q2_K: {
+      const auto& b = block_of_value<BlockQ2_K>(bytes, i);
+      return 0.5f * half_to_float(b.d) * static_cast<float>(b.scales[sub16] & 0xF);
+    }
+    case TensorType::Q3_K: {
+      const auto& b = block_of_value<BlockQ3_K>(bytes, i);
+      return std::fabs(half_to_float(b.d) * static_cast<float>(q3_k_scale(b.scales, sub16)));
+    }
+    case TensorType::IQ4_XS: {
+      const auto& b = block_of_value<BlockIQ4_XS>(bytes, i);
+      return 14.0f * std::fabs(half_to_float(b.d) * static_cast<float>(iq4_xs_scale(b, sub32)));
+    }
+    default: throw Error("no per-value bound for " + std::string(gguf::tensor_type_name(type)));
+  }
+}
+
+class PerValueBound : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(PerValueBound, EveryValueIsWithinItsBlocksStep) {
+  const TensorType type = GetParam();
+  std::vector<float> shifted = gaussian_row(256 * 20, 1.0f, 21);
+  for (auto& x : shifted) x = std::fabs(x) + 3.0f;  // far from zero: offsets matter
+  for (const auto& [what, row] : std::vector<std::pair<std::string, std::vector<float>>>{
+           {"sigma 1", gaussian_row(256 * 20, 1.0f, 6)},
+           {"sigma 0.02", gaussian_row(256 * 20, 0.02f, 7)},
+           {"shifted", shifted}}) {
+    SCOPED_TRACE(what);
+    const std::vector<uint8_t> bytes = quantized(type, row);
+    const std::vector<float> back = round_trip(type, row);
+    for (size_t i = 0; i < row.size(); ++i) {
+      const float allowed = allowed_error(type, bytes, i);
+      ASSERT_GT(allowed, 0.0f) << i;  // no sub-block of nonzero values has a zero step
+      ASSERT_LE(std::fabs(back[i] - row[i]), allowed * 1.001f + 1e-6f * std::fabs(row[i])) << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, PerValueBound,
+                         ::testing::Values(TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
+                                           TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_XS),
+                         [](const auto& param_info) { return std::string(gguf::tensor_type_name(param_info.param)); });
+
 TEST(RoundTripBound, F16AndBF16RoundEachValue) {
   const std::vector<float> row = gaussian_row(1000, 3.0f, 8);
   const std::vector<float> half_back = round_trip(TensorType::F16, row);
@@ -173,8 +241,7 @@ TEST(RoundTripBound, F16AndBF16RoundEachValue) {
 
 TEST(RoundTripBound, HugeValuesKeepFiniteScales) {
   std::vector<float> row = gaussian_row(512, 1e6f, 2);  // beyond fp16 range
-  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q5_K,
-                                TensorType::Q6_K}) {
+  for (const TensorType type : test::block_types()) {
     SCOPED_TRACE(std::string(gguf::tensor_type_name(type)));
     expect_finite_scales(type, quantized(type, row));
     for (const float y : round_trip(type, row)) ASSERT_TRUE(std::isfinite(y));
@@ -187,31 +254,35 @@ TEST(QuantizeRow, F32IsACopy) {
 }
 
 TEST(QuantizeRow, KnowsWhatItSupports) {
-  for (const TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
-                                TensorType::Q4_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+  for (const TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
     EXPECT_TRUE(can_quantize(type)) << gguf::tensor_type_name(type);
   }
-  EXPECT_FALSE(can_quantize(TensorType::Q2_K));
-  EXPECT_FALSE(can_quantize(TensorType::IQ4_NL));
+  for (const TensorType type : test::block_types()) EXPECT_TRUE(can_quantize(type)) << gguf::tensor_type_name(type);
   EXPECT_FALSE(can_quantize(TensorType::Q8_1));
+  EXPECT_FALSE(can_quantize(TensorType::Q8_K));
+  EXPECT_FALSE(can_quantize(TensorType::IQ2_XXS));
 }
 
 TEST(QuantizeRow, UnsupportedTypeIsAnErrorNamingIt) {
   std::vector<float> row(256, 1.0f);
   std::vector<uint8_t> out(1024);
   try {
-    quantize_row(TensorType::Q3_K, row.data(), out.data(), 256);
+    quantize_row(TensorType::IQ2_XXS, row.data(), out.data(), 256);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Q3_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("IQ2_XXS"), std::string::npos) << e.what();
   }
 }
 
 TEST(QuantizeRow, PartialBlockIsAnError) {
   std::vector<float> row(300, 1.0f);
   std::vector<uint8_t> out(1024);
-  EXPECT_THROW(quantize_row(TensorType::Q6_K, row.data(), out.data(), 300), Error);
-  EXPECT_THROW(quantize_row(TensorType::Q8_0, row.data(), out.data(), 40), Error);
+  for (const TensorType type : test::block_types()) {
+    SCOPED_TRACE(std::string(gguf::tensor_type_name(type)));
+    const auto block_size = static_cast<int64_t>(gguf::tensor_type_traits(type).block_size);
+    EXPECT_THROW(quantize_row(type, row.data(), out.data(), block_size + 16), Error);
+    EXPECT_THROW(quantize_row(type, row.data(), out.data(), 8), Error);
+  }
 }
 
 }  // namespace
