@@ -17,7 +17,8 @@ namespace m40::cuda {
 // copy bandwidth.
 inline constexpr int kMaxMatvecTokens = 32;
 
-// Types the dedicated kernels handle; others go through a generic path.
+// Whether the decode kernels handle a type: F32, F16, BF16 and every block
+// format of quant/blocks.h, each with its own decoder (matmul_decode.cuh).
 bool matvec_supported(gguf::TensorType type);
 
 // x: [n_tokens][cols] FP32, y: [n_tokens][rows] FP32 (row stride = rows).
