@@ -399,7 +399,8 @@ int main(int argc, char** argv) {
     std::printf("| rows x cols | type | batch | matvec kernel | gemm, decode tile | gemm, prefill tile |\n");
     std::printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
     for (const Shape& shape : {shapes[0], shapes[1]}) {
-      for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K}) {
+      for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q3_K,
+                                    TensorType::Q5_0, TensorType::Q4_1, TensorType::IQ4_XS}) {
         const Buffers buf(type, shape.rows, shape.cols, 32, l2);
         auto product = [&](int i, int n) {
           m40::cuda::mm::Product p;
