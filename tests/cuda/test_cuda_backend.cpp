@@ -1,4 +1,5 @@
-// The CUDA backend against the CPU engine on every shared model: logits at
+// The CUDA backend against the CPU engine on every shared model, and on tiny
+// models that gen-model writes in the formats no shared file holds: logits at
 // every prompt position, greedy continuations through the graph-replayed
 // decode path, several sequences in one batch, prompts longer than one
 // chunk, and the memory-plan refusal. Skips without a GPU.
@@ -7,11 +8,17 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device.h"
+#include "gguf/file.h"
 #include "model/loaded_model.h"
+#include "model/synthetic_llama.h"
 #include "test_paths.h"
 
 using namespace m40;
@@ -42,6 +49,34 @@ std::vector<std::string> shared_models() {
           "TinyStories-656K-Q2_K.gguf",            "llama-2-tiny-random.gguf"};
 }
 
+// gen-model recipes whose formats no shared file holds (their tensor-type
+// mixes included), written at the tiny shape when a test starts: the
+// parameter "gen:RECIPE".
+constexpr const char* kGenerated = "gen:";
+std::vector<std::string> generated_models() {
+  std::vector<std::string> names;
+  for (const char* recipe : {"q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "iq4_xs", "iq4_nl", "q4_1", "q5_0", "q5_1"}) {
+    names.push_back(std::string(kGenerated) + recipe);
+  }
+  return names;
+}
+
+// Writes the tiny model of `recipe` (the TinyStories tokenizer) to a
+// temporary file; an empty path when the shared tokenizer file is missing.
+std::filesystem::path write_generated_model(const std::string& recipe) {
+  const auto tokenizer_path = test::shared_model("TinyStories-656K-Q8_0.gguf");
+  if (!std::filesystem::exists(tokenizer_path)) return {};
+  const gguf::File tokenizer = gguf::File::open(tokenizer_path.string());
+  model::SyntheticOptions o;
+  o.shape = *model::synthetic_shape("tiny");
+  o.recipe = recipe;
+  o.tokenizer_source = &tokenizer;
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("m40-test-cuda-" + recipe + "-" + std::to_string(::getpid()) + ".gguf");
+  model::write_synthetic_llama(o, path.string());
+  return path;
+}
+
 // Both engines compute in FP32 from identically dequantized weights and FP16
 // K/V; they differ only in summation order, so their logits agree far inside
 // the tolerance the CPU engine keeps against llama.cpp (2e-2).
@@ -51,9 +86,21 @@ class CudaVsCpu : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
-    auto path = test::shared_model(GetParam());
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared model missing: " << path;
+    const std::string& name = GetParam();
+    std::filesystem::path path;
+    if (name.rfind(kGenerated, 0) == 0) {
+      generated_ = write_generated_model(name.substr(std::string(kGenerated).size()));
+      if (generated_.empty()) GTEST_SKIP() << "shared tokenizer model missing";
+      path = generated_;
+    } else {
+      path = test::shared_model(name);
+      if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared model missing: " << path;
+    }
     model_ = model::LoadedModel::open(path.string());
+  }
+  void TearDown() override {
+    model_.reset();
+    if (!generated_.empty()) std::filesystem::remove(generated_);
   }
   std::unique_ptr<cpu::CpuBackend> cpu_backend(int n_ctx, int n_seq = 1) {
     cpu::CpuBackendOptions o;
@@ -75,6 +122,7 @@ class CudaVsCpu : public ::testing::TestWithParam<std::string> {
     return ids;
   }
   std::unique_ptr<model::LoadedModel> model_;
+  std::filesystem::path generated_;  // a model written for this test, removed after it
 };
 
 }  // namespace
@@ -207,6 +255,8 @@ INSTANTIATE_TEST_SUITE_P(SharedModels, CudaVsCpu, ::testing::ValuesIn(shared_mod
   std::replace(s.begin(), s.end(), '-', '_');
   return s;
 });
+INSTANTIATE_TEST_SUITE_P(GeneratedModels, CudaVsCpu, ::testing::ValuesIn(generated_models()),
+                         [](const auto& param_info) { return param_info.param.substr(std::string(kGenerated).size()); });
 
 TEST(CudaBackend, AModelOverTheBudgetIsRefusedWithTheNumbers) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
