@@ -245,13 +245,18 @@ class Checker {
 };
 
 // Column counts worth testing for a type: whole 256-value super-blocks, and
-// for the 32-value formats and floats also an odd number of 32s.
+// for the 32-value formats and floats also an odd number of 32s. The
+// super-block formats also get 4352 (17 blocks): their wide decoders' 64-value
+// units then take the whole 128-lane block with a partial second round
+// (2304 and fewer columns take 64-lane groups).
 std::vector<int64_t> test_cols(TensorType type) {
   const auto& traits = gguf::tensor_type_traits(type);
   std::vector<int64_t> cols = {512, 2304};
   if (traits.block_size <= 32) {
     cols.push_back(96);
     cols.push_back(416);
+  } else {
+    cols.push_back(4352);
   }
   return cols;
 }
@@ -281,7 +286,7 @@ TEST_P(Matmul, MatvecMatchesCpu) {
 
 // Fused decode products (a layer's Q, K and V in one launch): each part's
 // output equals the CPU's product of its rows, at 1 to 16 tokens (9 to 16 in
-// one 16-token launch, or two of 8 for the K-quants).
+// one 16-token launch, or two of 8 for the K-quants, Q4_1, Q5_0 and Q5_1).
 TEST_P(Matmul, FusedPartsMatchCpu) {
   for (const int64_t cols : test_cols(GetParam())) {
     const HostWeight w = random_weight(GetParam(), 37, cols, 11);

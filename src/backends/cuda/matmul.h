@@ -35,8 +35,7 @@ void gemm(const DeviceWeight& w, const float* x, int n_tokens, float* y, const f
 // matrices stored back to back (a layer's Q, K and V, or its gate and up),
 // all of one type and width; part i's results go to its own y_i
 // [n_tokens][rows_i]. One launch reads x once for all of them (two launches
-// of 8 at 9 to 16 tokens for the K-quants, launches of 4 for the generic
-// decoders). Applies to n_tokens <= kMaxFusedTokens on the layouts the decode
+// of 8 at 9 to 16 tokens for the K-quants, Q4_1, Q5_0 and Q5_1). Applies to n_tokens <= kMaxFusedTokens on the layouts the decode
 // kernel reads; returns false (having done nothing) otherwise, and the
 // caller runs one matmul per part.
 struct OutputPart {

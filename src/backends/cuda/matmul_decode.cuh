@@ -197,10 +197,12 @@ __device__ __forceinline__ float2 k_unit_scale(const uint4& header, int s) {
 // takes dot(q, x) over the unit and applies the scale (and the offset times
 // sum(x), shared by all rows) once per unit, instead of decoding every value.
 //   quants<piece>(raw, unit, q)      q of values 8 piece .. 8 piece + 7:
-//                                    the signed quant, exact (Q8_0, IQ4_NL),
-//                                    or with kFractionQuants 1/2 + q / 256
-//                                    for the unsigned stored quant q < 128
-//                                    (Q4_0, Q4_K, Q5_K, Q6_K)
+//                                    the signed quant, exact (Q8_0, IQ4_NL,
+//                                    IQ4_XS), or with kFractionQuants 1/2 +
+//                                    q / F for the unsigned stored quant,
+//                                    shifted so that q < 128: F = 256, or
+//                                    the decoder's kFractionScale (256 >> k
+//                                    for quants stored as q << k)
 //   kScaleGroups                     scales per unit: group g is pieces
 //                                    g * n .. g * n + n - 1 (n = pieces per
 //                                    group); 1 but for the wide K-quants
@@ -212,7 +214,7 @@ __device__ __forceinline__ float2 k_unit_scale(const uint4& header, int s) {
 //                                    not consecutive columns
 //
 // The wide decoders (DecodeXxxWide, one and two tokens only) use every byte
-// a lane loads: the 16-value units of Q4_K and Q4_0 use one nibble of each
+// a lane loads (Q3_K: half of each high-bit byte): the 16-value units of Q4_K and Q4_0 use one nibble of each
 // byte they load, Q6_K a quarter of its high-bit bytes, and Q4_K loads its
 // 16-byte header once per 16 weights. Their units cover scattered columns
 // (piece_offset) so that neighbouring lanes still read x from the same
@@ -674,8 +676,6 @@ struct DecodeQ3_K {
   __device__ static float2 unit_scale(const Raw& raw, int, int) { return {raw.scale, 4.0f * raw.scale}; }
 };
 
-// IQ4_XS: unit u is the low (u even) or high nibbles of qs[16s .. 16s + 15],
-// s = u / 2: values 32s + 16 (u % 2) + j; value = d * (ls - 32) * level.
 // d * (ls - 32) of IQ4_XS sub-block s (quant::iq4_xs_scale).
 __device__ __forceinline__ float iq4_xs_sub_block_scale(const uint8_t* block, int s) {
   using Block = quant::BlockIQ4_XS;
@@ -686,6 +686,8 @@ __device__ __forceinline__ float iq4_xs_sub_block_scale(const uint8_t* block, in
   return widen_half(d_high) * static_cast<float>(ls);
 }
 
+// IQ4_XS: unit u is the low (u even) or high nibbles of qs[16s .. 16s + 15],
+// s = u / 2: values 32s + 16 (u % 2) + j; value = d * (ls - 32) * level.
 struct DecodeIQ4_XS {
   static constexpr int kUnit = 16;
   using Block = quant::BlockIQ4_XS;

@@ -54,8 +54,7 @@ struct TileShape {
   static_assert(kRowGroups * kTokenGroups == kThreads, "the register tiles cover the block tile");
   static_assert(kThreads % kTileTokens == 0 && (kXPerThread % 4 == 0 || kXPerThread == 2),
                 "x loads are whole float4s (or one float2)");
-  static_assert(kTokensPerThread == 1 || kTokensPerThread == 2 || kTokensPerThread == 4,
-                "x fragments are a float, float2 or float4");
+  static_assert(kTokensPerThread == 4, "x fragments are a float4");
 };
 
 // Prefill: 128 rows x 128 tokens with an 8 x 8 register tile per thread,
@@ -113,17 +112,6 @@ struct WeightLoader {
 
 template <int kCount>
 struct Floats;
-template <>
-struct Floats<1> {
-  __device__ static void load(const float* p, float* v) { v[0] = *p; }
-};
-template <>
-struct Floats<2> {
-  __device__ static void load(const float* p, float* v) {
-    const float2 f = *reinterpret_cast<const float2*>(p);
-    v[0] = f.x, v[1] = f.y;
-  }
-};
 template <>
 struct Floats<4> {
   __device__ static void load(const float* p, float* v) {

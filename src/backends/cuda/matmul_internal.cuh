@@ -87,7 +87,8 @@ bool visit_decoder(gguf::TensorType type, Visitor&& visitor) {
 
 // Decode products, n_tokens 1..32, the decoder's alignment holds: the matvec
 // kernel up to kMaxMatvecKernelTokens (8 a launch; 9 to 16 in one launch of
-// 16, or two of 8 for the K-quants: cheaper than one gemm tile on an H200,
+// 16, or two of 8 for the K-quants, Q4_1, Q5_0 and Q5_1: cheaper than one
+// gemm tile on an H200,
 // Q8_0 11008x4096 at 16 tokens 73 us against 143), the gemm kernel with one
 // token tile above (launch_gemm_decode; cols % 32 == 0), except for Q8_0,
 // Q4_0 and IQ4_NL, which take two matvec launches there too.

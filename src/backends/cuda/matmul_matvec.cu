@@ -35,8 +35,9 @@
 // registers) before it computes on them: an H200 needs some 3 MB in flight
 // to approach its bandwidth, an M40 about 150 KB.
 //
-// One and two tokens of Q4_0, IQ4_NL, Q4_K, Q5_K and Q6_K use the wide
-// decoders (matmul_decode.cuh), whose units use every byte a lane loads:
+// One and two tokens of Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K (and since session
+// 5 Q2_K, Q3_K, IQ4_XS) use the wide decoders (matmul_decode.cuh), whose
+// units use (nearly) every byte a lane loads:
 // 11-34% fewer instructions per weight, and on an H200 up to 27% faster at
 // one token (Q4_K 11008x4096 17.7 -> 16.1 us, Q6_K 26.3 -> 20.7), up to 33%
 // at two (but IQ4_NL, whose shared-memory table serves the M40, 8% slower).
@@ -46,8 +47,8 @@
 // 10-30% slower than the old decoders.
 //
 // Batches of 9 to 16 tokens run as one launch of 16 (two of 8 for the
-// K-quants, each reading the weights: on an H200 still cheaper than one gemm
-// tile). 17 to 32 are compute-bound on the M40 (32 FMAs per weight byte at
+// K-quants, Q4_1, Q5_0 and Q5_1, each reading the weights: on an H200 still
+// cheaper than one gemm tile). 17 to 32 are compute-bound on the M40 (32 FMAs per weight byte at
 // F16) and keep more sums than registers allow here; they go to the gemm
 // kernel with a single token tile (matmul_gemm.cu), which reads every weight
 // once, except for the 2-byte-aligned block formats (Q8_0, Q4_0, IQ4_NL),
