@@ -18,8 +18,9 @@
 #                 racecheck) on the kernel tests
 #   --quick       skip the 7B-shaped end-to-end benchmarks
 #
-# The 7B-shaped models (Llama-2-7B shape, F16, Q8_0, Q4_K_M, random weights)
-# are written by `m40-llm gen-model` into $M40_GPU_MODELS (default
+# The 7B-shaped models (Llama-2-7B shape, random weights: F16, Q8_0, Q4_K_M,
+# Q4_0, and the Q3_K_M, Q2_K and IQ4_XS mixes that fit larger models on a
+# 24 GB card) are written by `m40-llm gen-model` into $M40_GPU_MODELS (default
 # /tmp/m40-gpu-models) once and reused. Shared test data: $M40_SHARED_DIR
 # (default ../shared beside the checkout). Exits non-zero when a test fails.
 set -uo pipefail
@@ -143,15 +144,16 @@ done
 copy=$(grep -m1 'copy bandwidth' "$out/bench_cuda_matmul.md" | sed 's/.*: //')
 row "copy bandwidth" "${copy:-?}"
 while IFS= read -r line; do
-  row "matvec $(echo "$line" | cut -d'|' -f2-4 | tr -s ' ')" "$(echo "$line" | cut -d'|' -f7 | tr -d ' ') of copy"
-done < <(grep -E '^\| (4096x4096|11008x4096) \| (F16|Q8_0|Q4_K) \| 1 \|' "$out/bench_cuda_matmul.md")
+  row "matvec $(echo "$line" | cut -d'|' -f2-4 | tr -s ' ')" \
+    "$(echo "$line" | cut -d'|' -f7 | tr -d ' ') of copy; in a graph $(echo "$line" | cut -d'|' -f8 | tr -s ' ')"
+done < <(grep -E '^\| (4096x4096|11008x4096) \| (F16|Q8_0|Q4_K|Q6_K|Q3_K|Q2_K|IQ4_XS) \| 1 \|' "$out/bench_cuda_matmul.md")
 
 # --- 7B-shaped models end to end ----------------------------------------------------
 if [ "$quick" = 0 ]; then
   models=${M40_GPU_MODELS:-/tmp/m40-gpu-models}
   mkdir -p "$models"
   : > "$out/bench_7b.md"
-  for type in q4_k_m q8_0 f16; do
+  for type in q4_k_m q8_0 f16 q4_0 q3_k_m q2_k iq4_xs; do
     file="$models/llama2-7b-$type.gguf"
     if [ ! -f "$file" ]; then
       m40_log "gpu-run: gen-model $file"
@@ -164,7 +166,7 @@ if [ "$quick" = 0 ]; then
     status=$?
     while IFS= read -r line; do
       row "7B $type $(echo "$line" | cut -d'|' -f7 | tr -d ' ')" "$(echo "$line" | cut -d'|' -f8 | tr -s ' ') t/s"
-    done < <(grep -E "^\| llama.*$(echo "$type" | tr 'a-z' 'A-Z' | sed 's/_M$//')" "$out/bench_7b.md" | tail -n 4)
+    done < <(grep -E "^\| llama 7B $(echo "$type" | tr 'a-z' 'A-Z') " "$out/bench_7b.md")
     [ "$status" = 0 ] || { row "bench 7B $type" "exit $status"; failures=$((failures + 1)); }
   done
   "$m40" run "$models/llama2-7b-f16.gguf" "hi" -n 1 --vram 8G > /dev/null 2> "$out/vram_refusal.txt"
