@@ -29,7 +29,7 @@ const std::map<std::string, SyntheticShape>& shapes() {
 
 // How llama-quantize spreads bits over the matrices for a file type; `kNone`
 // stores every matrix but the output head in the recipe's type (as Q3_K_S does).
-enum class Mix { kNone, kQ2_K, kQ3_K_M, kQ3_K_L, kQ4_K_M, kIQ4 };
+enum class Mix { kNone, kQ2_K, kQ3_K_M, kQ3_K_L, kQ4_K_S, kQ4_K_M, kIQ4 };
 
 // llama_ftype values (llama.h) for general.file_type.
 struct Recipe {
@@ -50,7 +50,7 @@ const std::map<std::string, Recipe>& recipes() {
       {"q3_k_s", {TensorType::Q3_K, 11}},
       {"q3_k_m", {TensorType::Q3_K, 12, Mix::kQ3_K_M}},
       {"q3_k_l", {TensorType::Q3_K, 13, Mix::kQ3_K_L}},
-      {"q4_k", {TensorType::Q4_K, 14}},
+      {"q4_k", {TensorType::Q4_K, 14, Mix::kQ4_K_S}},  // Q4_K_S
       {"q4_k_m", {TensorType::Q4_K, 15, Mix::kQ4_K_M}},
       {"q5_k", {TensorType::Q5_K, 16}},
       {"q6_k", {TensorType::Q6_K, 18}},
@@ -90,6 +90,7 @@ TensorType matrix_type(const Recipe& recipe, Matrix matrix, uint32_t layer, cons
         case Mix::kQ3_K_M: return layer < 2 ? TensorType::Q5_K : TensorType::Q4_K;
         case Mix::kQ3_K_L: return TensorType::Q5_K;
         case Mix::kIQ4: return grouped_kv ? TensorType::Q5_K : base;
+        case Mix::kQ4_K_S: return layer < 4 ? TensorType::Q5_K : base;
         case Mix::kQ4_K_M: return uses_more_bits(layer, s.n_layer) ? TensorType::Q6_K : base;
         default: return base;
       }
@@ -98,7 +99,8 @@ TensorType matrix_type(const Recipe& recipe, Matrix matrix, uint32_t layer, cons
         case Mix::kQ2_K: return TensorType::Q3_K;
         case Mix::kQ3_K_M: return layer < s.n_layer / 16 ? TensorType::Q5_K : TensorType::Q4_K;
         case Mix::kQ3_K_L: return TensorType::Q5_K;
-        case Mix::kIQ4: return layer < s.n_layer / 8 ? TensorType::Q5_K : base;
+        case Mix::kIQ4:
+        case Mix::kQ4_K_S: return layer < s.n_layer / 8 ? TensorType::Q5_K : base;
         case Mix::kQ4_K_M: return uses_more_bits(layer, s.n_layer) ? TensorType::Q6_K : base;
         default: return base;
       }

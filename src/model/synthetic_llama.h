@@ -30,9 +30,9 @@ std::vector<std::string> synthetic_shape_names();
 
 // The weight recipes, named as llama-quantize's file types: one type for every
 // matrix but the output head ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0",
-// "q5_1", "q4_k", "q5_k", "q6_k", "q3_k_s"), or llama.cpp's mixes that give
-// some matrices more bits ("q2_k", "q3_k_m", "q3_k_l", "q4_k_m", "iq4_nl",
-// "iq4_xs").
+// "q5_1", "q5_k", "q6_k", "q3_k_s"), or llama.cpp's mixes that give some
+// matrices more bits ("q2_k", "q3_k_m", "q3_k_l", "q4_k" (Q4_K_S), "q4_k_m",
+// "iq4_nl", "iq4_xs").
 std::vector<std::string> synthetic_weight_recipes();
 
 struct SyntheticOptions {

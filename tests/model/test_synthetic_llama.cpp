@@ -115,6 +115,11 @@ TEST_F(SyntheticLlama, MixesRaiseTheMatricesLlamaQuantizeRaises) {
       {"iq4_xs", 4, "blk.4.ffn_down.weight", TensorType::IQ4_XS},
       {"iq4_xs", 1, "blk.9.attn_v.weight", TensorType::Q5_K},
       {"iq4_xs", 4, "blk.9.attn_q.weight", TensorType::IQ4_XS},
+      {"q4_k", 4, "blk.3.attn_v.weight", TensorType::Q5_K},  // Q4_K_S: attn_v of layers 0-3
+      {"q4_k", 4, "blk.4.attn_v.weight", TensorType::Q4_K},
+      {"q4_k", 4, "blk.3.ffn_down.weight", TensorType::Q5_K},  // and ffn_down of the first 32 / 8
+      {"q4_k", 4, "blk.4.ffn_down.weight", TensorType::Q4_K},
+      {"q4_k", 4, "blk.4.attn_output.weight", TensorType::Q4_K},
       {"q4_k_m", 4, "blk.3.attn_v.weight", TensorType::Q6_K},  // use_more_bits: layers 0-3, 28-31, 6, 9, ...
       {"q4_k_m", 4, "blk.4.attn_v.weight", TensorType::Q4_K},
       {"q4_k_m", 4, "blk.6.ffn_down.weight", TensorType::Q6_K},
@@ -128,7 +133,7 @@ TEST_F(SyntheticLlama, MixesRaiseTheMatricesLlamaQuantizeRaises) {
   };
   const std::map<std::string, uint32_t> file_types = {
       {"q4_1", 3},    {"q5_0", 8},    {"q5_1", 9},    {"q2_k", 10},   {"q3_k_s", 11},
-      {"q3_k_m", 12}, {"q3_k_l", 13}, {"q4_k_m", 15}, {"iq4_nl", 25}, {"iq4_xs", 30},
+      {"q3_k_m", 12}, {"q3_k_l", 13}, {"q4_k", 14},   {"q4_k_m", 15}, {"iq4_nl", 25}, {"iq4_xs", 30},
   };
   std::map<std::pair<std::string, uint32_t>, std::unique_ptr<gguf::File>> files;
   auto file = [&](const std::string& recipe, uint32_t kv_heads) -> const gguf::File& {
