@@ -64,18 +64,6 @@ float reference_value(const typename BlockOf<Dec>::type& b, int i) {
   }
 }
 
-template <class Dec>
-int column_of(int unit, int piece) {
-  if constexpr (requires { Dec::piece_offset(0, 0); }) return Dec::kUnit * unit + Dec::piece_offset(unit, piece);
-  return Dec::kUnit * unit + 8 * piece;
-}
-
-template <class Dec>
-constexpr float fraction_scale() {
-  if constexpr (requires { Dec::kFractionScale; }) return Dec::kFractionScale;
-  return 256.0f;
-}
-
 // A finite half, mostly of moderate size, sometimes tiny (subnormal) or large.
 uint16_t random_half(std::mt19937_64& rng) {
   const auto r = static_cast<uint32_t>(rng());
@@ -115,7 +103,7 @@ template <class Dec, int kPiece>
 void check_piece(const typename BlockOf<Dec>::type& b, const typename Dec::Raw& raw, int unit, std::vector<int>& covered,
                  Findings& decode, Findings& factored) {
   using Block = typename BlockOf<Dec>::type;
-  const int first = column_of<Dec>(unit, kPiece);
+  const int first = Dec::kUnit * unit + piece_offset<Dec>(unit, kPiece);
   for (int j = 0; j < 8; ++j) {
     if (first + j >= 0 && first + j < Block::kValues) ++covered[static_cast<size_t>(first + j)];
   }
@@ -143,7 +131,7 @@ void check_piece(const typename BlockOf<Dec>::type& b, const typename Dec::Raw& 
       if constexpr (Dec::kFractionQuants) {
         // 1/2 + q / F with q an integer 0..127: the kernel's dot(q', x) -
         // sum(x) / 2 is then exact in the quant.
-        quant = (q[j] - 0.5f) * fraction_scale<Dec>();
+        quant = (q[j] - 0.5f) * FractionScale<Dec>::value;
         if (!(q[j] >= 0.5f && q[j] < 1.0f) || quant != std::floor(quant) || quant >= 128.0f) {
           factored.add(where(j) + ": fraction quant " + std::to_string(q[j]));
           continue;
@@ -173,7 +161,7 @@ TYPED_TEST(GpuDecoderOnHost, MatchesTheCpuTwinValueByValue) {
   using Block = typename BlockOf<Dec>::type;
   static_assert(Dec::kBlockBytes == sizeof(Block), "a decoder steps by whole blocks");
   static_assert(Dec::kUnit * Dec::kUnitsPerBlock == Block::kValues, "the units tile the block");
-  if constexpr (requires { Dec::fill_table(); }) {
+  if constexpr (HasSharedTable<Dec>::value) {
     for (unsigned t = 0; t < 128; ++t) {
       threadIdx.x = t;
       Dec::fill_table();

@@ -151,6 +151,17 @@ __device__ __forceinline__ uint32_t iq4_levels_biased(uint32_t nibble_bytes) {
   return (high & use_high) | (low & ~use_high);
 }
 
+// `word` with its bits moved from bit kFrom to bit kTo of each field (a left
+// or a right shift, chosen at compile time; the caller masks the result).
+template <int kFrom, int kTo>
+__device__ __forceinline__ uint32_t move_bits(uint32_t word) {
+  if constexpr (kTo >= kFrom) {
+    return word << (kTo - kFrom);
+  } else {
+    return word >> (kFrom - kTo);
+  }
+}
+
 // Word i (0..3) of a uint4.
 template <int i>
 __device__ __forceinline__ uint32_t word_of(const uint4& v) {
@@ -1002,8 +1013,8 @@ struct DecodeQ3_KWide {
     for (int k = 0; k < 2; ++k) {
       const uint32_t qs = k == 0 ? word_of<kWord>(raw.qs) : word_of<kWord + 1>(raw.qs);
       const uint32_t hm = k == 0 ? word_of<kWord>(raw.hmask) : word_of<kWord + 1>(raw.hmask);
-      const uint32_t low = (kGroup <= 2 ? qs << (4 - 2 * kGroup) : qs >> (2 * kGroup - 4)) & 0x30303030u;
-      bytes_to_fractions(low | ((hm << (6 - kGroup)) & 0x40404040u), q + 4 * k);
+      const uint32_t low = move_bits<2 * kGroup, 4>(qs) & 0x30303030u;
+      bytes_to_fractions(low | (move_bits<kGroup, 6>(hm) & 0x40404040u), q + 4 * k);
     }
   }
   __device__ static float2 unit_scale(const Raw& raw, int, int group) {
@@ -1052,10 +1063,41 @@ struct DecodeQ2_KWide {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const uint32_t qs = k == 0 ? word_of<kWord>(raw.qs) : word_of<kWord + 1>(raw.qs);
-      bytes_to_fractions((kGroup <= 2 ? qs << (5 - 2 * kGroup) : qs >> 1) & 0x60606060u, q + 4 * k);
+      bytes_to_fractions(move_bits<2 * kGroup, 5>(qs) & 0x60606060u, q + 4 * k);
     }
   }
   __device__ static float2 unit_scale(const Raw& raw, int, int group) { return {raw.scale[group], raw.offset[group]}; }
+};
+
+// ---------------------------------------------------------------------------
+// The optional parts of the decoder interface, with their defaults (used by
+// the kernels and by tests/gpu_decoders).
+
+// Decoders that keep a table in shared memory (fill_table before use).
+template <class Dec, class = void>
+struct HasSharedTable : std::false_type {};
+template <class Dec>
+struct HasSharedTable<Dec, std::enable_if_t<Dec::kSharedTable>> : std::true_type {};
+
+// Where value 8 piece of a unit lies, relative to the unit's first column.
+template <class Dec, class = void>
+struct HasPieceOffset : std::false_type {};
+template <class Dec>
+struct HasPieceOffset<Dec, std::void_t<decltype(Dec::piece_offset(0, 0))>> : std::true_type {};
+template <class Dec>
+__device__ __forceinline__ int piece_offset(int unit, int piece) {
+  if constexpr (HasPieceOffset<Dec>::value) return Dec::piece_offset(unit, piece);
+  return 8 * piece;
+}
+
+// The 1 / 256 of the fraction quants, or the decoder's kFractionScale.
+template <class Dec, class = void>
+struct FractionScale {
+  static constexpr float value = 256.0f;
+};
+template <class Dec>
+struct FractionScale<Dec, std::void_t<decltype(Dec::kFractionScale)>> {
+  static constexpr float value = Dec::kFractionScale;
 };
 
 }  // namespace m40::cuda::mm

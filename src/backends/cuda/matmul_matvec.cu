@@ -163,33 +163,6 @@ __device__ __forceinline__ void static_for(F&& f) {
   static_for_impl(f, std::make_integer_sequence<int, kCount>{});
 }
 
-// Decoders that keep a table in shared memory (fill_table before use).
-template <class Dec, class = void>
-struct HasSharedTable : std::false_type {};
-template <class Dec>
-struct HasSharedTable<Dec, std::enable_if_t<Dec::kSharedTable>> : std::true_type {};
-
-// Where value 8 piece of a unit lies, relative to the unit's first column.
-template <class Dec, class = void>
-struct HasPieceOffset : std::false_type {};
-template <class Dec>
-struct HasPieceOffset<Dec, std::void_t<decltype(Dec::piece_offset(0, 0))>> : std::true_type {};
-template <class Dec>
-__device__ __forceinline__ int piece_offset(int unit, int piece) {
-  if constexpr (HasPieceOffset<Dec>::value) return Dec::piece_offset(unit, piece);
-  return 8 * piece;
-}
-
-// The 1 / 256 of the fraction quants, or the decoder's kFractionScale.
-template <class Dec, class = void>
-struct FractionScale {
-  static constexpr float value = 256.0f;
-};
-template <class Dec>
-struct FractionScale<Dec, std::void_t<decltype(Dec::kFractionScale)>> {
-  static constexpr float value = Dec::kFractionScale;
-};
-
 // The factored form of accumulate_unit (matmul_decode.cuh): per row, token
 // and scale group, dot(q, x) over the group's values, then acc += scale *
 // dot for the signed quants; for the fraction quants (q' = 1/2 + q / 256),
