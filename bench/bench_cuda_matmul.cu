@@ -17,7 +17,8 @@
 // ncu; `--quick` only the decode table of F16, Q8_0, Q4_K and Q4_0;
 // `--choice` only the kernel-choice table; `--small` (`--mid`) only the
 // decode table, every type, at 1 and 2 (4, 8 and 16) tokens; `--gemm` only
-// the prefill table.
+// the prefill table. `--types Q8_0,F16` after any of these limits the decode
+// table to those types.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -352,6 +353,19 @@ int main(int argc, char** argv) {
                                                   TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1};
     std::vector<int> batches = {1, 8, 32};
     if (quick) matvec_types.resize(4);  // F16, Q8_0, Q4_K, Q4_0
+    for (int i = 1; i + 1 < argc; ++i) {
+      if (std::string(argv[i]) != "--types") continue;
+      matvec_types.clear();
+      std::string list = argv[i + 1];
+      for (size_t start = 0; start <= list.size();) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        const std::string name = list.substr(start, comma - start);
+        const auto type = m40::gguf::tensor_type_from_name(name);
+        if (!type) throw m40::Error("--types: unknown type '" + name + "'");
+        matvec_types.push_back(*type);
+        start = comma + 1;
+      }
+    }
     if (small_only) batches = {1, 2};
     if (mid_only) batches = {4, 8, 16};
 
