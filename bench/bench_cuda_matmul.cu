@@ -14,7 +14,7 @@
 // behind each batch size (matvec kernel, decode-tile gemm, prefill-tile gemm)
 // through the internal launchers. `--profile [N]` runs one product of N tokens
 // (default 1) each of F16, Q8_0 and Q4_K at 11008x4096 and nothing else, for
-// ncu; `--quick` only the decode table of F16, Q8_0, Q4_K and Q4_0;
+// ncu (512: the prefill gemm); `--quick` only the decode table of F16, Q8_0, Q4_K and Q4_0;
 // `--choice` only the kernel-choice table; `--small` (`--mid`) only the
 // decode table, every type, at 1 and 2 (4, 8 and 16) tokens; `--gemm` only
 // the prefill table. `--types Q8_0,F16` after any of these limits the decode
@@ -303,14 +303,15 @@ struct Shape {
 
 }  // namespace
 
-// --profile N: one product each of F16, Q8_0 and Q4_K (11008 x 4096, N tokens)
-// and nothing else, for a profiler (ncu --kernel-name regex:matvec).
+// --profile N: one product each of F16, Q8_0 and Q4_K (11008 x 4096, N tokens,
+// through matmul(): the matvec kernel up to 16 tokens, the gemm kernel above)
+// and nothing else, for a profiler (ncu --kernel-name regex:matvec|gemm).
 int profile_only(int n_tokens) {
   cudaStream_t stream;
   M40_CUDA_CHECK(cudaStreamCreate(&stream));
   for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K}) {
     const Buffers buf(type, 11008, 4096, n_tokens, 0);
-    m40::cuda::matvec(buf.copy(0), buf.x(0), n_tokens, buf.y(0), nullptr, stream);
+    m40::cuda::matmul(buf.copy(0), buf.x(0), n_tokens, buf.y(0), nullptr, stream);
   }
   M40_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaStreamDestroy(stream);
