@@ -242,6 +242,10 @@ constexpr int min_blocks_per_sm(int tokens, int rows) {
                        std::is_same_v<Dec, DecodeQ2_KWide> || std::is_same_v<Dec, DecodeQ3_KWide>;
   if (sums <= 4 && rows <= 2 && tokens == 1) return 6;
   if (sums > 32) return 2;
+  // Q4_K's wide decoder at one token and 8 rows fits 128 registers without
+  // spills, and a 4096-row product then fills one wave of 4 blocks per SM
+  // on an H200 instead of 1.3 of 3 (rows_for_few_tokens).
+  if (std::is_same_v<Dec, DecodeQ4_KWide> && tokens == 1) return 4;
   if (k_quant) return sums <= 4 ? 4 : sums <= 8 ? 3 : 2;
   return sums <= 16 ? 4 : 3;
 }
@@ -461,17 +465,19 @@ constexpr int rows_per_block() {
 // M40 must issue. On an H200 (11008x4096, in a graph, us): Q8_0 19.2 ->
 // 18.1 at one token and 25.7 -> 19.4 at two, Q4_0 15.9 -> 13.5, IQ4_NL
 // 20.3 -> 17.4; at two tokens F16 27.2 -> 24.6 (4096x11008), Q4_K 21.0 ->
-// 18.2. Four stay where eight lost or spilled: the float types and Q4_K at
-// one token (F16 1-3% slower; Q4_K's 4096-row products fill only 1.3 waves
-// of its 3 blocks per SM, 13.7 -> 15.9 us), Q5_K and Q3_K (spill on sm_52)
-// and Q6_K (19.9 -> 24.2 us, spills). IQ4_XS, with IQ4_NL's units, takes
-// eight.
+// 18.2; since session 6 Q4_K at one token too, at 4 blocks per SM
+// (min_blocks_per_sm; with 3, its 4096-row products filled only 1.3 waves
+// and were slower, 13.7 -> 15.9 us): 15.4 -> 14.2 us at 11008x4096, 14.0 ->
+// 13.3 at 4096x11008, 7.3 -> 7.1 at 4096x4096, 3.97 -> 3.78 sm_52
+// instructions per weight. Four stay where eight lost or spilled: the float
+// types at one token (F16 1-3% slower), Q5_K and Q3_K (spill on sm_52) and
+// Q6_K (19.9 -> 24.2 us, spills). IQ4_XS, with IQ4_NL's units, takes eight.
 template <class Dec, int kTokens>
 constexpr int rows_for_few_tokens() {
   if (std::is_same_v<Dec, DecodeQ5_KWide> || std::is_same_v<Dec, DecodeQ6_KWide> || std::is_same_v<Dec, DecodeQ3_KWide>) {
     return 4;
   }
-  if (std::is_same_v<Dec, DecodeQ4_KWide> || !Dec::kFactored) return kTokens == 1 ? 4 : 8;
+  if (!Dec::kFactored) return kTokens == 1 ? 4 : 8;
   return 8;
 }
 
