@@ -172,6 +172,35 @@ int main(int argc, char** argv) {
     }
   }
 
+  // A decode step of many sequences (a server with --parallel over 32), one
+  // token each at position 511: the decode kernel against the prefill kernel,
+  // which Auto picks past 32 tokens and which takes each token as its own
+  // segment.
+  std::printf("\n## decode step of many sequences: one token each at position 511, %d query heads x %d\n\n", n_head,
+              head_dim);
+  std::printf("| KV heads | sequences | decode kernel, us | prefill kernel, us |\n");
+  std::printf("| ---: | ---: | ---: | ---: |\n");
+  for (const int n_head_kv : {32, 8}) {
+    for (const int n_seq : {33, 64, 128}) {
+      const int context = 512;
+      if (static_cast<size_t>(n_seq) * context * n_head_kv * head_dim > cache_values) continue;
+      std::vector<int32_t> h_seq(static_cast<size_t>(n_seq)), h_pos(static_cast<size_t>(n_seq), context - 1);
+      for (int t = 0; t < n_seq; ++t) h_seq[static_cast<size_t>(t)] = t;
+      M40_CUDA_CHECK(cudaMemcpy(seq_ids, h_seq.data(), h_seq.size() * 4, cudaMemcpyHostToDevice));
+      M40_CUDA_CHECK(cudaMemcpy(positions, h_pos.data(), h_pos.size() * 4, cudaMemcpyHostToDevice));
+      const KvLayer layer{k, v, context, n_head_kv * head_dim};
+      const AttentionShape shape{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+      double ms[2];
+      for (const AttentionKernel kernel : {AttentionKernel::Decode, AttentionKernel::Prefill}) {
+        ms[kernel == AttentionKernel::Decode ? 0 : 1] = time_ms(std::max(1, iterations / 5), [&] {
+          m40::cuda::detail::attention_with_plan(layer, shape, q, seq_ids, positions, n_seq, context, out, nullptr,
+                                                 AttentionPlan{kernel, 0});
+        });
+      }
+      std::printf("| %d | %d | %.1f | %.1f |\n", n_head_kv, n_seq, ms[0] * 1e3, ms[1] * 1e3);
+    }
+  }
+
   // A server step: 7 sequences decoding one token each (position 300) beside
   // a prompt chunk of another sequence that ends at position 1999, as one call
   // (the batch as the scheduler builds it) and as two (the decode tokens

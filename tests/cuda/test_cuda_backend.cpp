@@ -1,7 +1,8 @@
 // The CUDA backend against the CPU engine on every shared model, and on tiny
 // models that gen-model writes in the formats no shared file holds: logits at
 // every prompt position, greedy continuations through the graph-replayed
-// decode path, several sequences in one batch, prompts longer than one
+// decode path, several sequences in one batch (and 40, past what a graph
+// or the attention's automatic choice covers), prompts longer than one
 // chunk, and the memory-plan refusal. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -193,6 +194,45 @@ TEST_P(CudaVsCpu, SeveralSequencesInOneDecodeBatch) {
   }
 }
 
+// A decode step of more sequences than a graph or the attention's automatic
+// choice covers (40 > 32): every token is its sequence's only one, so its
+// attention must run through the decode kernel (forced past 32 tokens), and
+// the logits must still match the CPU's. Bound: twice kTolerance. 40 tokens
+// run the products as decode tiles with split K (other summation orders,
+// and the K-quants' fused scale * q - offset, whose last bits may differ
+// from the CPU's weights: matmul_decode.cuh), which moves TinyStories-Q2_K's
+// logits (magnitude ~17) by up to 2.5e-3 on one of these sequences; the
+// same batch through the prefill attention kernel gave the same difference,
+// so it comes from the products. A wrong attention path moves logits by
+// tenths.
+TEST_P(CudaVsCpu, ADecodeStepOfManySequences) {
+  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
+  const int n_seq = 40;
+  auto cpu = cpu_backend(32, n_seq);
+  auto gpu = gpu_backend(32, n_seq);
+  const auto ids = prompt(97);
+  backend::Batch batch;
+  std::vector<int> lengths(n_seq);
+  for (int s = 0; s < n_seq; ++s) {
+    lengths[s] = 1 + s % 5;
+    for (int i = 0; i < lengths[s]; ++i) batch.add(ids[(7 * s + i) % 97], i, s, false);
+  }
+  std::vector<float> unused;
+  cpu->forward(batch, unused);
+  gpu->forward(batch, unused);
+  for (int step = 0; step < 2; ++step) {
+    batch.clear();
+    for (int s = 0; s < n_seq; ++s) batch.add(ids[(7 * s + lengths[s]) % 97], lengths[s], s, true), ++lengths[s];
+    std::vector<float> lc(n_seq * n_vocab), lg(n_seq * n_vocab, NAN);
+    cpu->forward(batch, lc);
+    gpu->forward(batch, lg);
+    for (int s = 0; s < n_seq; ++s) {
+      EXPECT_LE(max_abs_diff(lc.data() + s * n_vocab, lg.data() + s * n_vocab, n_vocab), 2 * kTolerance)
+          << "step " << step << " sequence " << s;
+    }
+  }
+}
+
 // A server step: sequences decoding one token each, first, then another
 // sequence's prompt chunk (the decode tokens' attention runs as its own call;
 // 3 + 40 and 3 + 100 tokens take the chunked decode-tile and the prefill
@@ -294,4 +334,26 @@ TEST(CudaBackend, BadBatchesAreRefusedBeforeAnyGpuWork) {
   b.add(1, 0, 0, true);
   EXPECT_NO_THROW(backend.forward(b, logits));
   EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
+}
+
+// Options no caller should pass are refused with a message before any GPU
+// work (a zero batch size used to loop forever in forward(), a negative
+// sequence count to throw std::length_error). Runs without a GPU too.
+TEST(CudaBackend, NonPositiveOptionsAreRefused) {
+  auto path = test::shared_model("TinyStories-656K-Q8_0.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared model missing";
+  auto model = model::LoadedModel::open(path.string());
+  for (const int field : {0, 1, 2}) {
+    for (const int bad : {0, -3}) {
+      cuda::CudaBackendOptions o;
+      o.n_ctx = 8;
+      (field == 0 ? o.n_ctx : field == 1 ? o.n_seq : o.max_batch) = bad;
+      try {
+        cuda::CudaBackend backend(model->hparams, model->weights, o);
+        FAIL() << "expected a refusal of field " << field << " = " << bad;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("must be positive"), std::string::npos) << e.what();
+      }
+    }
+  }
 }

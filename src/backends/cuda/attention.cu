@@ -856,4 +856,10 @@ void attention(const KvLayer& cache, const AttentionShape& shape, const float* q
   detail::attention_with_plan(cache, shape, q, seq_ids, positions, n_tokens, max_positions, out, stream, {});
 }
 
+void attention_decode(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
+                      const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream) {
+  detail::attention_with_plan(cache, shape, q, seq_ids, positions, n_tokens, max_positions, out, stream,
+                              {detail::AttentionKernel::Decode, 0});
+}
+
 }  // namespace m40::cuda

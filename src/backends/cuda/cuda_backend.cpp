@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <utility>
 
 #include "backends/cuda/device.h"
 #include "backends/batch_check.h"
@@ -22,8 +23,11 @@ constexpr size_t kStagingBytes = 64ull << 20;
 
 CudaBackend::CudaBackend(const model::LlamaHparams& hparams, const model::LlamaWeights& weights,
                          CudaBackendOptions options)
-    : hparams_(hparams), options_(options), filled_(options.n_seq, 0) {
-  if (options.n_ctx <= 0 || options.n_seq <= 0) throw Error("the context size and sequence count must be positive");
+    : hparams_(hparams), options_(options) {
+  if (options.n_ctx <= 0 || options.n_seq <= 0 || options.max_batch <= 0) {
+    throw Error("the context size, sequence count and batch size must be positive");
+  }
+  filled_.assign(static_cast<size_t>(options.n_seq), 0);
   if (hparams.traits->attention_qkv_bias || hparams.traits->attention_qk_norm) {
     throw Error("the CUDA backend does not run " + hparams.architecture + " yet: use --cpu");
   }
@@ -42,42 +46,58 @@ CudaBackend::CudaBackend(const model::LlamaHparams& hparams, const model::LlamaW
       options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, info.free_memory_bytes) : info.free_memory_bytes;
   check_plan_fits(plan_, available, "GPU " + std::to_string(options.device) + " (" + info.name + ")");
 
+  // The streams are raw handles: a failure from here on (an allocation that
+  // another process's memory use made fail) destroys them before it leaves,
+  // since no destructor runs for a half-built object.
+  try {
+    allocate(weights);
+  } catch (...) {
+    destroy_streams();
+    throw;
+  }
+}
+
+void CudaBackend::allocate(const model::LlamaWeights& weights) {
   M40_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   M40_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   upload_weights(weights);
 
-  const uint64_t kv_layer_bytes = static_cast<uint64_t>(options.n_seq) * options.n_ctx * hparams.kv_dim() * 2;
-  kv_memory_ = DeviceAllocation(2 * kv_layer_bytes * hparams.n_layer);
-  for (uint32_t l = 0; l < hparams.n_layer; ++l) {
+  const uint64_t kv_layer_bytes = static_cast<uint64_t>(options_.n_seq) * options_.n_ctx * hparams_.kv_dim() * 2;
+  kv_memory_ = DeviceAllocation(2 * kv_layer_bytes * hparams_.n_layer);
+  for (uint32_t l = 0; l < hparams_.n_layer; ++l) {
     auto* base = static_cast<uint8_t*>(kv_memory_.data()) + 2 * kv_layer_bytes * l;
     kv_layers_.push_back({reinterpret_cast<uint16_t*>(base), reinterpret_cast<uint16_t*>(base + kv_layer_bytes),
-                          options.n_ctx, static_cast<int>(hparams.kv_dim())});
+                          options_.n_ctx, static_cast<int>(hparams_.kv_dim())});
   }
 
   scratch_ = Arena(plan_.scratch);
-  const size_t b = options.max_batch;
+  const size_t b = options_.max_batch;
   auto floats = [&](size_t n) { return static_cast<float*>(scratch_.take(n * sizeof(float))); };
-  x_ = floats(b * hparams.n_embd);
-  xn_ = floats(b * hparams.n_embd);
-  q_ = floats(b * hparams.q_dim());
-  attn_ = floats(b * hparams.q_dim());
-  k_ = floats(b * hparams.kv_dim());
-  v_ = floats(b * hparams.kv_dim());
-  gate_ = floats(b * hparams.n_ff);
-  up_ = floats(b * hparams.n_ff);
-  logits_ = floats(static_cast<size_t>(max_logit_rows_) * hparams.n_vocab);
-  gathered_ = floats(static_cast<size_t>(max_logit_rows_) * hparams.n_embd);
+  x_ = floats(b * hparams_.n_embd);
+  xn_ = floats(b * hparams_.n_embd);
+  q_ = floats(b * hparams_.q_dim());
+  attn_ = floats(b * hparams_.q_dim());
+  k_ = floats(b * hparams_.kv_dim());
+  v_ = floats(b * hparams_.kv_dim());
+  gate_ = floats(b * hparams_.n_ff);
+  up_ = floats(b * hparams_.n_ff);
+  logits_ = floats(static_cast<size_t>(max_logit_rows_) * hparams_.n_vocab);
+  gathered_ = floats(static_cast<size_t>(max_logit_rows_) * hparams_.n_embd);
   tokens_ = static_cast<int32_t*>(scratch_.take(b * sizeof(int32_t)));
   positions_ = static_cast<int32_t*>(scratch_.take(b * sizeof(int32_t)));
   seq_ids_ = static_cast<int32_t*>(scratch_.take(b * sizeof(int32_t)));
   host_ids_ = PinnedBuffer(3 * b * sizeof(int32_t));
-  host_logits_ = PinnedBuffer(static_cast<size_t>(max_logit_rows_) * hparams.n_vocab * sizeof(float));
+  host_logits_ = PinnedBuffer(static_cast<size_t>(max_logit_rows_) * hparams_.n_vocab * sizeof(float));
 }
 
 CudaBackend::~CudaBackend() {
   for (auto& [n, graph] : decode_graphs_) cudaGraphExecDestroy(graph);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
+  destroy_streams();
+}
+
+void CudaBackend::destroy_streams() {
+  if (stream_ != nullptr) cudaStreamDestroy(std::exchange(stream_, nullptr));
+  if (copy_stream_ != nullptr) cudaStreamDestroy(std::exchange(copy_stream_, nullptr));
 }
 
 std::string CudaBackend::name() const { return "CUDA"; }
@@ -185,6 +205,10 @@ void CudaBackend::upload_weights(const model::LlamaWeights& weights) {
     layers_.push_back(d);
   }
   M40_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  // The norm vectors went up with plain cudaMemcpy from pageable memory,
+  // which may return before the transfer lands, on the default stream,
+  // which the non-blocking compute stream does not wait for.
+  M40_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max_single_positions) {
@@ -216,15 +240,18 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
     rope(q_, n, static_cast<int>(hp.n_head), static_cast<int>(hp.q_dim()), positions_, rope_config, stream_);
     rope(k_, n, static_cast<int>(hp.n_head_kv), static_cast<int>(hp.kv_dim()), positions_, rope_config, stream_);
     kv_append(kv_layers_[l], k_, v_, seq_ids_, positions_, n, stream_);
-    if (n_single > 0 && n_single < n) {
-      // A mixed batch: the prefill kernel would take each decode token as a
-      // segment of its own (2x the attention time on an H200, bench_cuda_attention).
-      const int64_t q_dim = hp.q_dim();
-      attention(kv_layers_[l], shape, q_, seq_ids_, positions_, n_single, max_single_positions, attn_, stream_);
+    // The leading tokens that are each their sequence's only one go through
+    // the decode kernel, however many: the prefill kernel would take each
+    // as a segment of its own (7 of them beside a 64-token chunk: 2x the
+    // attention time on an H200, bench_cuda_attention; a decode step of 64
+    // sequences: N x). The rest (prompt chunks) take the usual choice.
+    const int64_t q_dim = hp.q_dim();
+    if (n_single > 0) {
+      attention_decode(kv_layers_[l], shape, q_, seq_ids_, positions_, n_single, max_single_positions, attn_, stream_);
+    }
+    if (n_single < n) {
       attention(kv_layers_[l], shape, q_ + n_single * q_dim, seq_ids_ + n_single, positions_ + n_single, n - n_single,
                 max_positions, attn_ + n_single * q_dim, stream_);
-    } else {
-      attention(kv_layers_[l], shape, q_, seq_ids_, positions_, n, max_positions, attn_, stream_);
     }
     matmul(w.wo, attn_, n, x_, x_, stream_);  // residual add fused: x += Wo attn
     rms_norm(x_, w.ffn_norm, xn_, n, n_embd, hp.rms_eps, stream_);

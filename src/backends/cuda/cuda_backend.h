@@ -59,6 +59,10 @@ class CudaBackend : public backend::Backend {
   };
 
   class Uploader;
+  // The constructor's part that creates the streams and allocates and
+  // uploads everything (the constructor destroys the streams if it throws).
+  void allocate(const model::LlamaWeights& weights);
+  void destroy_streams();
   void upload_weights(const model::LlamaWeights& weights);
   DeviceWeight upload_matrix(const model::WeightView& w, Uploader& uploader);
   const float* upload_vector(const model::WeightView& w);

@@ -68,6 +68,13 @@ struct AttentionShape {
 void attention(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
                const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream);
 
+// The same with the decode kernel at any token count (attention() takes it
+// up to 32 tokens): for tokens that are each their sequence's only one, such
+// as a decode step of many sequences, which the prefill kernel would take
+// one sequence at a time.
+void attention_decode(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
+                      const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream);
+
 // y += x over n values (residual adds not fused into a product).
 void add_in_place(float* y, const float* x, int64_t n, cudaStream_t stream);
 
