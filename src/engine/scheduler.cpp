@@ -120,6 +120,8 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) throw RequestRejected(R::ShuttingDown, "the server is shutting down");
+    // Clients that left while waiting must not keep live ones out.
+    drop_cancelled_requests();
     // A request waits only when every slot is taken; the queue bound counts
     // the ones waiting beyond those being served.
     if (static_cast<int>(queue_.size()) >= options_.max_queue + (n_slots_ - stats_.slots_busy)) {
@@ -168,6 +170,28 @@ void Scheduler::finish(Slot& slot, FinishReason reason) {
   }
 }
 
+// One request's own failure (its sampler, its text): it ends alone, the
+// others in the step go on.
+void Scheduler::fail(Slot& slot, const std::string& message) {
+  std::fprintf(stderr, "m40-llm: request failed: %s\n", message.c_str());
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.requests_failed;
+  }
+  slot.request->stream->push(StreamEvent::failed(message, slot.timings));
+  slot.done = true;
+}
+
+void Scheduler::drop_cancelled_requests() {
+  std::erase_if(queue_, [&](const std::unique_ptr<Pending>& p) {
+    if (!p->stream->cancelled()) return false;
+    p->stream->push(StreamEvent::done(FinishReason::Cancelled, {}));
+    ++stats_.requests_cancelled;
+    return true;
+  });
+  stats_.queue_depth = static_cast<int>(queue_.size());
+}
+
 void Scheduler::loop() {
   std::vector<std::unique_ptr<Slot>> slots(n_slots_);
   for (;;) {
@@ -178,17 +202,13 @@ void Scheduler::loop() {
         return std::any_of(slots.begin(), slots.end(), [](const auto& s) { return s != nullptr; });
       });
       if (stopping_) break;
-      // Admit waiting requests into free slots, oldest first.
+      drop_cancelled_requests();
+      // Admit waiting requests into free slots, oldest first. (One cancelled
+      // from now on is freed below, before any work is spent on it.)
       for (int i = 0; i < n_slots_ && !queue_.empty(); ++i) {
         if (slots[i]) continue;
         auto pending = std::move(queue_.front());
         queue_.pop_front();
-        if (pending->stream->cancelled()) {
-          pending->stream->push(StreamEvent::done(FinishReason::Cancelled, {}));
-          ++stats_.requests_cancelled;
-          --i;  // this slot is still free
-          continue;
-        }
         slots[i] = std::make_unique<Slot>(vocab_, std::move(pending), i);
         slots[i]->timings.prompt_tokens = static_cast<int>(slots[i]->request->params.prompt.size());
         slots[i]->timings.queue_seconds = seconds_between(slots[i]->request->queued_at, Clock::now());
@@ -298,42 +318,26 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   // Requests that end this step; their Done events go out after the counters
   // are updated, so a client that sees the end also sees it counted.
   std::vector<std::pair<Slot*, FinishReason>> ended;
+  std::vector<std::pair<Slot*, std::string>> failed;
   for (auto& s : slots) {
     if (!s || s->logits_row < 0) continue;
     Slot& slot = *s;
-    const auto& params = slot.request->params;
     if (!slot.decoding) {
       slot.timings.prompt_seconds = seconds_between(slot.prompt_start, after);
       slot.decoding = true;
       slot.generate_start = after;
-      if (params.max_tokens == 0) {
-        ended.emplace_back(&slot, FinishReason::MaxTokens);
-        continue;
-      }
     }
-    std::span<const float> row(logits.data() + static_cast<size_t>(slot.logits_row) * n_vocab_,
-                               static_cast<size_t>(n_vocab_));
-    const int32_t token = slot.request->sampler->sample(row);
-    slot.request->sampler->accept(token);
-    if (!params.ignore_eos && vocab_.is_end_of_generation(token)) {
-      ended.emplace_back(&slot, FinishReason::EndOfGeneration);
-      continue;
+    const int generated_before = slot.timings.generated_tokens;
+    // A request's own sampler may throw (a penalty that overflows a logit):
+    // that ends this request, not the batch.
+    try {
+      std::span<const float> row(logits.data() + static_cast<size_t>(slot.logits_row) * n_vocab_,
+                                 static_cast<size_t>(n_vocab_));
+      if (auto reason = advance(slot, row)) ended.emplace_back(&slot, *reason);
+    } catch (const std::exception& e) {
+      failed.emplace_back(&slot, e.what());
     }
-    ++slot.timings.generated_tokens;
-    ++generated;
-    std::string text;
-    slot.detok.push(token, text);
-    std::string shown = slot.stops.push(text);
-    if (!shown.empty()) slot.request->stream->push(StreamEvent::piece(std::move(shown)));
-    if (slot.stops.stopped()) {
-      ended.emplace_back(&slot, FinishReason::StopString);
-    } else if (slot.pos >= n_ctx_) {
-      ended.emplace_back(&slot, FinishReason::ContextFull);
-    } else if (params.max_tokens >= 0 && slot.timings.generated_tokens >= params.max_tokens) {
-      ended.emplace_back(&slot, FinishReason::MaxTokens);
-    } else {
-      slot.next_token = token;
-    }
+    generated += static_cast<uint64_t>(slot.timings.generated_tokens - generated_before);
   }
   // The streams wait for the forward and the sampling alike.
   pacer_.record(n_decode, static_cast<int>(prompt_tokens), seconds_between(forward_start, Clock::now()));
@@ -343,7 +347,34 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     stats_.prompt_tokens += prompt_tokens;
     stats_.generated_tokens += generated;
   }
-  for (auto [slot, reason] : ended) finish(*slot, reason);
+  for (auto& [slot, message] : failed) fail(*slot, message);
+  for (auto [slot, reason] : ended) {
+    try {
+      finish(*slot, reason);  // flushes the detokenizer and the stop filter
+    } catch (const std::exception& e) {
+      fail(*slot, e.what());
+    }
+  }
+}
+
+// Samples one slot's next token from its row of logits and pushes its text.
+// Returns why the request ends, if it does.
+std::optional<FinishReason> Scheduler::advance(Slot& slot, std::span<const float> logits) {
+  const auto& params = slot.request->params;
+  if (params.max_tokens == 0) return FinishReason::MaxTokens;
+  const int32_t token = slot.request->sampler->sample(logits);
+  slot.request->sampler->accept(token);
+  if (!params.ignore_eos && vocab_.is_end_of_generation(token)) return FinishReason::EndOfGeneration;
+  ++slot.timings.generated_tokens;
+  std::string text;
+  slot.detok.push(token, text);
+  std::string shown = slot.stops.push(text);
+  if (!shown.empty()) slot.request->stream->push(StreamEvent::piece(std::move(shown)));
+  if (slot.stops.stopped()) return FinishReason::StopString;
+  if (slot.pos >= n_ctx_) return FinishReason::ContextFull;
+  if (params.max_tokens >= 0 && slot.timings.generated_tokens >= params.max_tokens) return FinishReason::MaxTokens;
+  slot.next_token = token;
+  return std::nullopt;
 }
 
 }  // namespace m40::engine

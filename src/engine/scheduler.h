@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,7 +112,7 @@ struct SchedulerOptions {
 struct SchedulerStats {
   uint64_t requests_total = 0;     // accepted into the queue
   uint64_t requests_rejected = 0;  // refused: queue full
-  uint64_t requests_failed = 0;    // ended by a backend error
+  uint64_t requests_failed = 0;    // ended by an error: the backend's, or the request's own sampler's
   uint64_t requests_cancelled = 0;
   uint64_t prompt_tokens = 0;      // prompt tokens processed
   uint64_t generated_tokens = 0;
@@ -150,7 +151,10 @@ class Scheduler {
   struct Slot;
   void loop();
   void step(std::vector<std::unique_ptr<Slot>>& slots);
+  std::optional<FinishReason> advance(Slot& slot, std::span<const float> logits);
   void finish(Slot& slot, FinishReason reason);
+  void fail(Slot& slot, const std::string& message);
+  void drop_cancelled_requests();  // mutex_ held
 
   backend::Backend& backend_;
   const tokenizer::Vocab& vocab_;

@@ -279,6 +279,36 @@ TEST_F(SchedulerTest, RefusesWhatCannotBeServed) {
   EXPECT_EQ(reason(request(3, 1)), R::ShuttingDown);
 }
 
+// A client that leaves while queued frees its place in the queue at once,
+// not only when a slot would have taken it.
+TEST_F(SchedulerTest, ACancelledQueuedRequestDoesNotHoldItsPlaceInTheQueue) {
+  RecordingBackend backend(static_cast<int>(vocab_->size()), 8192, 1, favorite_);
+  backend.delay_ms = 5;
+  engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 1, .prefill_chunk = 256});
+  auto running = scheduler.submit(request(3, -1));  // about 40 s, until cancelled
+  std::vector<engine::StreamEvent> first;
+  ASSERT_TRUE(running->wait(std::chrono::seconds(10), first));  // it holds the only slot
+  auto gone = scheduler.submit(request(3, 5));                   // fills the queue
+  gone->cancel();
+  std::shared_ptr<engine::RequestStream> next;
+  try {
+    next = scheduler.submit(request(3, 2));
+  } catch (const engine::RequestRejected& e) {
+    ADD_FAILURE() << "refused: " << e.what();
+  }
+  EXPECT_EQ(drain(*gone).end.finish_reason, engine::FinishReason::Cancelled);
+  EXPECT_EQ(scheduler.stats().queue_depth, next ? 1 : 0);
+  running->cancel();
+  EXPECT_EQ(drain(*running).end.finish_reason, engine::FinishReason::Cancelled);
+  if (next) {
+    EXPECT_EQ(drain(*next).end.timings.generated_tokens, 2);
+  }
+  const auto stats = scheduler.stats();
+  EXPECT_EQ(stats.requests_cancelled, 2u);
+  EXPECT_EQ(stats.requests_rejected, 0u);
+  EXPECT_EQ(stats.queue_depth, 0);
+}
+
 TEST_F(SchedulerTest, StopEndsRunningRequestsWithAnError) {
   RecordingBackend backend(static_cast<int>(vocab_->size()), 512, 1, favorite_);
   backend.delay_ms = 5;
@@ -357,4 +387,52 @@ TEST_F(SchedulerTest, ABurstOfPromptsIsReadInWholeChunks) {
   // The first step with the stream's decode token and prompt tokens.
   const std::vector<int> chunks = prompt_chunks_beside_stream(backend.batches(), 300);
   EXPECT_EQ(chunks.empty() ? 0 : chunks.front(), 256);
+}
+
+// A request whose own sampler fails (a penalty that overflows a logit to
+// +inf) ends alone with the sampler's message; the stream batched beside it
+// goes on and answers as it would alone.
+TEST_F(SchedulerTest, ASamplerErrorEndsOnlyItsOwnRequest) {
+  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+  const engine::BackendOptions bo = cpu_options(2);
+  const auto prompt = vocab_->encode("Once upon a time", {.add_special = true});
+  const int stream_tokens = 40;
+  std::string alone;
+  {
+    auto backend = engine::make_backend(*model, bo);
+    engine::Scheduler scheduler(*backend, *vocab_);
+    alone = drain(*scheduler.submit(greedy(prompt, stream_tokens))).text;
+  }
+
+  GatedRecordingBackend backend(engine::make_backend(*model, bo));
+  backend.released = false;
+  engine::Scheduler scheduler(backend, *vocab_);
+  auto good = scheduler.submit(greedy(prompt, stream_tokens));
+  ASSERT_TRUE(backend.wait_at_gate());  // the good stream generates
+  // Every prompt token is in the window twice: 2 * -3e38 overflows to -inf,
+  // and subtracting it turns those logits into +inf.
+  std::vector<int32_t> twice = prompt;
+  twice.insert(twice.end(), prompt.begin(), prompt.end());
+  auto bad_params = greedy(twice, stream_tokens);
+  bad_params.sampler.frequency_penalty = -3e38f;
+  auto bad = scheduler.submit(std::move(bad_params));
+  backend.released = true;
+
+  const auto b = drain(*bad);
+  const auto g = drain(*good);
+  EXPECT_EQ(b.end.kind, engine::StreamEvent::Kind::Failed);
+  EXPECT_NE(b.end.text.find("sampler: the logit of token"), std::string::npos) << b.end.text;
+  EXPECT_EQ(b.end.timings.prompt_tokens, static_cast<int>(twice.size()));
+  EXPECT_EQ(g.end.kind, engine::StreamEvent::Kind::Done) << g.end.text;
+  EXPECT_EQ(g.end.timings.generated_tokens, stream_tokens);
+  EXPECT_EQ(g.text, alone);
+  // Both were in the same forward batch.
+  const auto batches = backend.batches();
+  EXPECT_TRUE(std::any_of(batches.begin(), batches.end(), [](const backend::Batch& batch) {
+    return std::count(batch.seq_ids.begin(), batch.seq_ids.end(), 0) > 0 &&
+           std::count(batch.seq_ids.begin(), batch.seq_ids.end(), 1) > 0;
+  }));
+  const auto stats = scheduler.stats();
+  EXPECT_EQ(stats.requests_failed, 1u);
+  EXPECT_EQ(stats.generated_tokens, static_cast<uint64_t>(stream_tokens));
 }
