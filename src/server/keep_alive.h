@@ -1,6 +1,7 @@
 // Ollama's `keep_alive`: how long a model stays loaded after its last
 // request. A duration string ("5m", "1h30m", "90s", "500ms"), a number of
 // seconds, 0 (unload right after the request) or negative (keep forever).
+// NaN and infinity are refused; past 1e9 seconds (31 years) means forever.
 #pragma once
 
 #include <chrono>

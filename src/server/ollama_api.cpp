@@ -32,15 +32,17 @@ engine::RequestParams ollama_params(const json& body, int n_ctx) {
   if (!it->is_object()) throw HttpError{400, "'options' must be an object"};
   const json& o = *it;
   if (auto v = get_number(o, "temperature")) sp.temperature = static_cast<float>(*v);
-  if (auto v = get_int(o, "top_k")) sp.top_k = static_cast<int32_t>(*v);
+  if (auto v = get_int(o, "top_k")) sp.top_k = clamp_to_int32(*v);  // past the vocabulary: no limit
   if (auto v = get_number(o, "top_p")) sp.top_p = static_cast<float>(*v);
   if (auto v = get_number(o, "min_p")) sp.min_p = static_cast<float>(*v);
   if (auto v = get_number(o, "repeat_penalty")) sp.repeat_penalty = static_cast<float>(*v);
-  if (auto v = get_int(o, "repeat_last_n")) sp.penalty_last_n = static_cast<int32_t>(*v);
+  if (auto v = get_int(o, "repeat_last_n")) sp.penalty_last_n = clamp_to_int32(*v);
   if (auto v = get_number(o, "presence_penalty")) sp.presence_penalty = static_cast<float>(*v);
   if (auto v = get_number(o, "frequency_penalty")) sp.frequency_penalty = static_cast<float>(*v);
   if (auto v = get_int(o, "seed")) sp.seed = *v < 0 ? engine::kRandomSeed : static_cast<uint64_t>(*v);
-  if (auto v = get_int(o, "num_predict")) p.max_tokens = *v < 0 ? -1 : static_cast<int>(*v);
+  // -1 (no limit) and -2 (fill the context) both run until the context is
+  // full; past int32 is clamped, and the context ends the answer first.
+  if (auto v = get_int(o, "num_predict")) p.max_tokens = *v < 0 ? -1 : clamp_to_int32(*v);
   p.stop = get_stop(o, "stop");
   if (auto v = get_int(o, "num_ctx"); v && *v > n_ctx) {
     // The context is fixed when the server starts; say so instead of failing

@@ -28,7 +28,7 @@ engine::RequestParams openai_params(const json& body) {
     if (*v < 0 || *v > 1) throw HttpError{400, "'top_p' must be between 0 and 1"};
     sp.top_p = static_cast<float>(*v);
   }
-  if (auto v = get_int(body, "top_k")) sp.top_k = static_cast<int32_t>(*v);
+  if (auto v = get_int(body, "top_k")) sp.top_k = clamp_to_int32(*v);  // past the vocabulary: no limit
   if (auto v = get_number(body, "min_p")) sp.min_p = static_cast<float>(*v);
   if (auto v = get_number(body, "repeat_penalty")) sp.repeat_penalty = static_cast<float>(*v);
   for (const char* key : {"presence_penalty", "frequency_penalty"}) {
@@ -38,9 +38,13 @@ engine::RequestParams openai_params(const json& body) {
     }
   }
   if (auto v = get_int(body, "seed")) sp.seed = *v < 0 ? engine::kRandomSeed : static_cast<uint64_t>(*v);
-  if (auto v = get_int(body, "max_completion_tokens")) p.max_tokens = static_cast<int>(*v);
-  else if (auto m = get_int(body, "max_tokens")) p.max_tokens = static_cast<int>(*m);
-  if (p.max_tokens < -1) throw HttpError{400, "'max_tokens' must be at least 0"};
+  for (const char* key : {"max_completion_tokens", "max_tokens"}) {
+    if (auto v = get_int(body, key)) {
+      if (*v < -1) throw HttpError{400, std::string("'") + key + "' must be at least 0"};
+      p.max_tokens = clamp_to_int32(*v);  // the context ends the answer long before int32 does
+      break;
+    }
+  }
   p.ignore_eos = get_bool(body, "ignore_eos").value_or(false);  // llama.cpp's extra
   p.stop = get_stop(body, "stop");
   if (p.stop.size() > 16) throw HttpError{400, "'stop' may hold at most 16 strings"};
@@ -126,7 +130,16 @@ std::vector<int32_t> completion_prompt(ResidentModel& m, const json& body) {
   if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return raw_prompt(m, (*it)[0].get<std::string>());
   if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& t) { return t.is_number_integer(); })) {
     std::vector<int32_t> tokens;
-    for (const auto& t : *it) tokens.push_back(t.get<int32_t>());
+    const size_t n_vocab = m.vocab->size();
+    for (const auto& t : *it) {
+      // Checked before narrowing (2^32 + 1 would read as token 1), in the
+      // words of Vocab::check_id, which the scheduler applies to the rest.
+      if (!t.is_number_unsigned() || t.get<uint64_t>() >= n_vocab) {
+        throw HttpError{400, "token id " + t.dump() + " is out of range: the vocabulary has " + std::to_string(n_vocab) +
+                                 " tokens (ids 0.." + std::to_string(n_vocab - 1) + ")"};
+      }
+      tokens.push_back(static_cast<int32_t>(t.get<uint64_t>()));
+    }
     return tokens;
   }
   throw HttpError{400, "'prompt' must be a string, a list of one string, or a list of token ids"};

@@ -4,6 +4,7 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -51,10 +52,17 @@ std::optional<double> get_number(const json& j, const char* key) {
 std::optional<int64_t> get_int(const json& j, const char* key) {
   const json* v = field(j, key);
   if (v == nullptr) return std::nullopt;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  if (v->is_number_unsigned()) return static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), kMax));
   if (v->is_number_integer()) return v->get<int64_t>();
   if (v->is_number_float()) {
     const double d = v->get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    // Range-checked before the cast, which is undefined past int64.
+    if (std::isfinite(d) && d == std::trunc(d)) {
+      if (d >= 0x1p63) return kMax;
+      if (d < -0x1p63) return std::numeric_limits<int64_t>::min();
+      return static_cast<int64_t>(d);
+    }
   }
   wrong_type(key, "an integer");
 }

@@ -7,9 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,13 +58,20 @@ struct Server::State {
 // The request body as a JSON object, or HttpError 400.
 json parse_body(const httplib::Request& req);
 // Each returns nullopt for a missing or null field and throws HttpError 400
-// naming the field when it has the wrong type.
+// naming the field when it has the wrong type. get_int saturates integers
+// past int64 (2^63 would otherwise read as -2^63).
 std::optional<double> get_number(const json& j, const char* key);
 std::optional<int64_t> get_int(const json& j, const char* key);
 std::optional<bool> get_bool(const json& j, const char* key);
 std::optional<std::string> get_string(const json& j, const char* key);
 // A string or a list of strings (OpenAI's and Ollama's `stop`).
 std::vector<std::string> get_stop(const json& j, const char* key);
+// An int64 request value narrowed to int32 by clamping, never by wrapping
+// (2^32 + 1 would read as 1): for counts where "more than int32" means "no
+// limit" (token limits, top_k, penalty windows).
+inline int32_t clamp_to_int32(int64_t v) {
+  return static_cast<int32_t>(std::clamp<int64_t>(v, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+}
 
 // ---- generation ------------------------------------------------------------
 

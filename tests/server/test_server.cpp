@@ -386,6 +386,126 @@ TEST_F(ServerTest, BadRequestsGetClearErrors) {
   EXPECT_NE(too_long->body.find("context"), std::string::npos) << too_long->body;
 }
 
+// Integers past int32 used to be narrowed with a wrap: max_tokens 2^32 read as
+// 0, a prompt token 2^32 + 1 as token 1, top_k 2^32 + 1 as 1 (greedy). Token
+// limits and top_k are clamped (the context bounds the answer anyway; a top_k
+// past the vocabulary is no limit); token ids outside the vocabulary are 400.
+constexpr uint64_t kPastInt64 = 9223372036854775808ull;  // 2^63: JSON parses it as unsigned
+
+TEST_F(ServerTest, TokenLimitsPastInt32MeanNoLimit) {
+  start(with(2));
+  auto completion = [&](json extra) {
+    json body = {{"prompt", "Once upon a time"}, {"temperature", 0}};
+    body.update(extra);
+    return post("/v1/completions", body);
+  };
+  auto unlimited = completion(json::object());
+  ASSERT_TRUE(unlimited);
+  ASSERT_EQ(unlimited->status, 200) << unlimited->body;
+  const json whole = json::parse(unlimited->body);
+  ASSERT_GT(whole["usage"]["completion_tokens"].get<int>(), 0);
+  for (const json& limit : {json{{"max_tokens", 4294967296ll}}, json{{"max_tokens", 2147483648ll}},
+                            json{{"max_tokens", kPastInt64}}, json{{"max_tokens", 1e19}},
+                            json{{"max_completion_tokens", 4294967296ll}}}) {
+    auto r = completion(limit);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << limit << ": " << r->body;
+    if (r->status != 200) continue;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["usage"]["completion_tokens"], whole["usage"]["completion_tokens"]) << limit;
+    EXPECT_EQ(j["choices"][0]["text"], whole["choices"][0]["text"]) << limit;
+  }
+  auto negative = completion({{"max_completion_tokens", -2}});
+  ASSERT_TRUE(negative);
+  EXPECT_EQ(negative->status, 400);
+  EXPECT_NE(negative->body.find("max_completion_tokens"), std::string::npos) << negative->body;
+
+  // Ollama: num_predict past int32 is no limit, as are -1 and -2.
+  auto generate = [&](json num_predict) {
+    auto r = post("/api/generate", {{"prompt", "Once upon a time"}, {"raw", true}, {"stream", false},
+                                    {"options", {{"temperature", 0}, {"num_predict", num_predict}}}});
+    EXPECT_TRUE(r);
+    if (!r) return json();
+    EXPECT_EQ(r->status, 200) << num_predict << ": " << r->body;
+    return json::parse(r->body);
+  };
+  const json no_limit = generate(-1);
+  ASSERT_GT(no_limit["eval_count"].get<int>(), 0);
+  for (const json& n : {json(4294967296ll), json(kPastInt64), json(-2)}) {
+    EXPECT_EQ(generate(n)["eval_count"], no_limit["eval_count"]) << n;
+  }
+  EXPECT_EQ(generate(3)["eval_count"], 3);
+}
+
+TEST_F(ServerTest, PromptTokenIdsPastInt32AreOutsideTheVocabulary) {
+  start(with(2));
+  for (const json& id : {json(4294967297ll), json(-4294967295ll), json(kPastInt64), json(100000)}) {
+    auto r = post("/v1/completions", {{"prompt", json::array({1, id})}, {"max_tokens", 2}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << id << ": " << r->body;
+    EXPECT_NE(r->body.find("out of range"), std::string::npos) << r->body;
+  }
+}
+
+// top_k past int32 (either sign) is no limit, not top_k 1.
+TEST_F(ServerTest, TopKPastInt32IsNoLimit) {
+  start(with(2));
+  auto sampled = [&](const std::string& path, json top_k) {
+    json body = {{"prompt", "Once upon a time"}, {"seed", 7}, {"temperature", 1.5}, {"top_k", top_k}};
+    if (path == "/v1/completions") {
+      body["max_tokens"] = 24;
+    } else {
+      body = {{"prompt", "Once upon a time"}, {"raw", true}, {"stream", false},
+              {"options", {{"seed", 7}, {"temperature", 1.5}, {"top_p", 1}, {"top_k", top_k}, {"num_predict", 24}}}};
+    }
+    auto r = post(path, body);
+    EXPECT_TRUE(r);
+    if (!r) return std::string();
+    EXPECT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    return path == "/v1/completions" ? j["choices"][0]["text"].get<std::string>() : j["response"].get<std::string>();
+  };
+  for (const std::string path : {"/v1/completions", "/api/generate"}) {
+    const std::string off = sampled(path, 0);
+    EXPECT_NE(off, sampled(path, 1)) << path;  // the test can tell top_k 1 apart
+    EXPECT_EQ(sampled(path, 4294967297ll), off) << path;
+    EXPECT_EQ(sampled(path, -4294967295ll), off) << path;
+    EXPECT_EQ(sampled(path, kPastInt64), off) << path;
+  }
+}
+
+// keep_alive 1e10 s overflowed steady_clock and "nan" rounded to a negative
+// duration: both unloaded the model at once. Now the first never expires and
+// the second is refused.
+TEST_F(ServerTest, KeepAlivePastTheClockNeverExpiresAndNanIsRefused) {
+  start(with(2));
+  auto generate = [&](json keep_alive) {
+    return post("/api/generate", {{"prompt", "Hi"}, {"stream", false}, {"keep_alive", keep_alive},
+                                  {"options", {{"num_predict", 2}}}});
+  };
+  auto ps = [&] {
+    auto r = client().Get("/api/ps");
+    EXPECT_TRUE(r);
+    return r ? json::parse(r->body)["models"] : json::array();
+  };
+  auto centuries = generate(1e10);
+  ASSERT_TRUE(centuries);
+  ASSERT_EQ(centuries->status, 200) << centuries->body;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the reaper would have run
+  json models = ps();
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0]["expires_at"], "9999-12-31T23:59:59Z");
+
+  for (const json& bad : {json("nan"), json("inf"), json("-inf"), json("NaNs")}) {
+    auto r = generate(bad);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad << ": " << r->body;
+    EXPECT_NE(r->body.find("keep_alive"), std::string::npos) << r->body;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(ps().size(), 1u);
+}
+
 // "truncate": true lets a prompt over the context through: it keeps its BOS
 // and its last tokens, leaving the token limit (at most half the context)
 // to answer in — the same answer as sending those tokens.
