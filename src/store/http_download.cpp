@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "store/sha256.h"
@@ -58,6 +60,12 @@ class Easy {
     curl_easy_setopt(handle_, CURLOPT_ERRORBUFFER, error_);
     for (const auto& [key, value] : headers) headers_ = curl_slist_append(headers_, (key + ": " + value).c_str());
     if (headers_ != nullptr) curl_easy_setopt(handle_, CURLOPT_HTTPHEADER, headers_);
+  }
+
+  // One more request header, after setup().
+  void add_header(const std::string& line) {
+    headers_ = curl_slist_append(headers_, line.c_str());
+    curl_easy_setopt(handle_, CURLOPT_HTTPHEADER, headers_);
   }
 
   std::string message(CURLcode code) const { return error_[0] != '\0' ? error_ : curl_easy_strerror(code); }
@@ -150,6 +158,13 @@ class FileDescriptor {
   int fd_;
 };
 
+// If-Range needs a strong ETag; a weak one never matches, so the date is
+// the fallback. Empty: nothing the server could check a resume against.
+std::string if_range_value(const PartialRecord& r) {
+  if (!r.etag.empty() && r.etag.rfind("W/", 0) != 0) return r.etag;
+  return r.last_modified;
+}
+
 // The state of one download across its attempts.
 struct Transfer {
   const DownloadRequest* request = nullptr;
@@ -159,6 +174,9 @@ struct Transfer {
   uint64_t offset = 0;  // bytes in the partial file, all of them hashed
   std::optional<uint64_t> total;
   std::optional<std::string> linked_sha256;
+  // Which file the bytes in the partial file are: written beside it when a
+  // response starts the file from zero, checked before any resume.
+  PartialRecord record;
 
   // Per attempt.
   bool started = false;
@@ -167,6 +185,8 @@ struct Transfer {
   int write_errno = 0;
   std::optional<uint64_t> range_start;
   std::optional<uint64_t> range_total;
+  std::string etag;           // of this attempt's (final) response
+  std::string last_modified;
 
   void begin_attempt() {
     started = false;
@@ -175,6 +195,8 @@ struct Transfer {
     write_errno = 0;
     range_start.reset();
     range_total.reset();
+    etag.clear();
+    last_modified.clear();
   }
 
   bool restart_from_zero() {
@@ -195,6 +217,8 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect)
     t.range_start.reset();
     t.range_total.reset();
+    t.etag.clear();
+    t.last_modified.clear();
     return bytes;
   }
   const size_t colon = line.find(':');
@@ -205,6 +229,10 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     value.erase(std::remove(value.begin(), value.end(), '"'), value.end());
     if (value.rfind("W/", 0) == 0) value.erase(0, 2);
     if (is_sha256_hex(value)) t.linked_sha256 = lower(value);
+  } else if (key == "etag") {
+    t.etag = value;
+  } else if (key == "last-modified") {
+    t.last_modified = value;
   } else if (key == "content-range") {
     // "bytes START-END/TOTAL"
     unsigned long long start = 0, end = 0, total = 0;
@@ -241,13 +269,18 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
     if (t.status >= 400) return 0;
     if (t.offset > 0) {
       if (t.status == 206) {
-        if (t.range_start != t.offset) {
+        // Another slice than asked, or a slice of a file of another size:
+        // not the rest of what the partial file holds.
+        if (t.range_start != t.offset || (t.range_total && t.record.size && *t.range_total != *t.record.size)) {
           t.bad_range = true;
           return 0;
         }
       } else {
-        // The server ignored the Range header: the body is the whole file.
-        if (t.request->on_notice) t.request->on_notice("the server cannot resume; starting the download over");
+        // The server sent the whole file: it cannot resume, or the file
+        // changed since the partial one was started (If-Range).
+        if (t.request->on_notice) {
+          t.request->on_notice("the server sent the whole file (it changed, or it cannot resume); starting the download over");
+        }
         if (!t.restart_from_zero()) return 0;
       }
     }
@@ -259,6 +292,14 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
       if (length >= 0) t.total = t.offset + static_cast<uint64_t>(length);
     }
     if (!t.total) t.total = t.request->expected_size;
+    if (t.offset == 0) {
+      // This response starts the file: record what it is, for a resume.
+      t.record = {t.request->url, t.etag, t.last_modified, t.total};
+      if (!write_partial_record(partial_record_path(t.request->partial), t.record)) {
+        t.write_errno = errno != 0 ? errno : EIO;
+        return 0;
+      }
+    }
   }
   size_t written = 0;
   while (written < bytes) {
@@ -290,6 +331,39 @@ int on_transfer_info(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t)
 }
 
 }  // namespace
+
+std::filesystem::path partial_record_path(const std::filesystem::path& partial) {
+  return partial.string() + ".json";
+}
+
+std::optional<PartialRecord> read_partial_record(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  try {
+    const auto j = nlohmann::json::parse(in);
+    PartialRecord r;
+    r.url = j.at("url").get<std::string>();
+    r.etag = j.value("etag", "");
+    r.last_modified = j.value("last_modified", "");
+    if (j.contains("size") && j["size"].is_number_unsigned()) r.size = j["size"].get<uint64_t>();
+    return r;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool write_partial_record(const std::filesystem::path& path, const PartialRecord& r) {
+  nlohmann::ordered_json j;
+  j["url"] = r.url;
+  if (!r.etag.empty()) j["etag"] = r.etag;
+  if (!r.last_modified.empty()) j["last_modified"] = r.last_modified;
+  if (r.size) j["size"] = *r.size;
+  errno = 0;
+  std::ofstream out(path, std::ios::trunc);
+  out << j.dump(2) << '\n';
+  out.flush();
+  return static_cast<bool>(out);
+}
 
 std::string http_get_text(const std::string& url, const std::map<std::string, std::string>& headers,
                           std::string* link_header) {
@@ -323,13 +397,25 @@ DownloadResult download_file(const DownloadRequest& request) {
   t.fd = fd.get();
   t.hash = &hash;
   // What an earlier, interrupted pull left is kept and hashed: the download
-  // resumes after it.
+  // resumes after it, but only when the record beside it says it is the
+  // start of this URL's file and names a validator the server can check
+  // (If-Range): otherwise the bytes may be another file's, and it starts over.
+  const auto record = read_partial_record(partial_record_path(request.partial));
+  const bool resumable = record && record->url == request.url && !if_range_value(*record).empty();
+  if (resumable) t.record = *record;
   t.offset = hash_file_into(hash, request.partial);
   if (::lseek(fd.get(), static_cast<off_t>(t.offset), SEEK_SET) < 0) {
     throw DiskError("cannot seek in " + request.partial.string() + ": " + std::strerror(errno), errno);
   }
-  if (request.expected_size && t.offset > *request.expected_size && !t.restart_from_zero()) {
-    throw DiskError("cannot truncate " + request.partial.string() + ": " + std::strerror(t.write_errno), t.write_errno);
+  const bool too_long = (request.expected_size && t.offset > *request.expected_size) ||
+                        (t.record.size && t.offset > *t.record.size);
+  if (t.offset > 0 && (!resumable || too_long)) {
+    if (request.on_notice && !resumable) {
+      request.on_notice("the partial download is not known to be this file; starting it over");
+    }
+    if (!t.restart_from_zero()) {
+      throw DiskError("cannot truncate " + request.partial.string() + ": " + std::strerror(t.write_errno), t.write_errno);
+    }
   }
   DownloadResult result;
   result.resumed_from = t.offset;
@@ -352,7 +438,12 @@ DownloadResult download_file(const DownloadRequest& request) {
       curl_easy_setopt(easy.get(), CURLOPT_NOPROGRESS, 0L);
     }
     const std::string range = std::to_string(t.offset) + "-";
-    if (t.offset > 0) curl_easy_setopt(easy.get(), CURLOPT_RANGE, range.c_str());
+    if (t.offset > 0) {
+      curl_easy_setopt(easy.get(), CURLOPT_RANGE, range.c_str());
+      // A file that changed since the partial one began comes back whole.
+      const std::string validator = if_range_value(t.record);
+      if (!validator.empty()) easy.add_header("If-Range: " + validator);
+    }
     const uint64_t offset_before = t.offset;
     const CURLcode code = curl_easy_perform(easy.get());
     if (t.offset > offset_before) received_any = true;

@@ -75,7 +75,24 @@ struct DownloadResult {
   uint64_t resumed_from = 0;             // bytes already there at the start
 };
 
+// Resumes a partial file only when the record beside it (PATH.json, see
+// partial_record_path) names the same URL and an ETag or Last-Modified, sent
+// as If-Range; otherwise, or when the server's file changed, it starts over.
 DownloadResult download_file(const DownloadRequest& request);
+
+// What the bytes of a partial download are: the URL and the validators of
+// the response that started it.
+struct PartialRecord {
+  std::string url;
+  std::string etag;           // as the server sent it, quotes and all
+  std::string last_modified;
+  std::optional<uint64_t> size;  // the whole file, when known
+};
+
+// "model.gguf.partial" -> "model.gguf.partial.json"
+std::filesystem::path partial_record_path(const std::filesystem::path& partial);
+std::optional<PartialRecord> read_partial_record(const std::filesystem::path& path);
+bool write_partial_record(const std::filesystem::path& path, const PartialRecord& record);
 
 // User-Agent sent with every request.
 inline constexpr const char* kUserAgent = "m40-llm/0.1";

@@ -93,6 +93,12 @@ void remove_file(const fs::path& path) {
   fs::remove(path, ec);
 }
 
+// The partial file goes with the record of what it is.
+void remove_partial(const fs::path& partial) {
+  remove_file(partial);
+  remove_file(partial_record_path(partial));
+}
+
 // Copies a local file into the partial file, hashing as it goes.
 std::string copy_with_hash(const fs::path& from, const fs::path& to,
                            const std::function<void(uint64_t, std::optional<uint64_t>)>& report,
@@ -248,33 +254,33 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   } catch (const DiskError& e) {
     progress.abandon();
     // A disk that refused a write leaves nothing behind.
-    remove_file(partial);
+    remove_partial(partial);
     remove_empty_dirs(store, name);
     throw Error(std::string(e.what()) + "; nothing was stored" + disk_hint(e.error_number()));
   } catch (const InterruptedError&) {
     progress.abandon();
     // A copy starts over anyway; a download's bytes are kept for a resume.
     std::error_code size_ec;
-    if (ref.kind == SourceKind::LocalFile || fs::file_size(partial, size_ec) == 0 || size_ec) remove_file(partial);
+    if (ref.kind == SourceKind::LocalFile || fs::file_size(partial, size_ec) == 0 || size_ec) remove_partial(partial);
     remove_empty_dirs(store, name);
     throw;
   } catch (const HttpStatusError&) {
     progress.abandon();
     std::error_code size_ec;
-    if (fs::file_size(partial, size_ec) == 0 || size_ec) remove_file(partial);
+    if (fs::file_size(partial, size_ec) == 0 || size_ec) remove_partial(partial);
     remove_empty_dirs(store, name);
     throw;
   } catch (const Error&) {
     progress.abandon();
     // A network failure keeps what arrived, for the next pull to resume.
     std::error_code size_ec;
-    if (fs::file_size(partial, size_ec) == 0 || size_ec) remove_file(partial);
+    if (fs::file_size(partial, size_ec) == 0 || size_ec) remove_partial(partial);
     remove_empty_dirs(store, name);
     throw;
   }
 
   const auto refuse = [&](const std::string& why) {
-    remove_file(partial);
+    remove_partial(partial);
     remove_empty_dirs(store, name);
     throw Error(why);
   };
@@ -293,7 +299,7 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
     refuse(source + " is not a valid GGUF file (" + e.what() + "); nothing was stored");
   }
   if (existing && existing->sha256 == sha) {
-    remove_file(partial);
+    remove_partial(partial);
     std::fprintf(log, "%s is up to date (sha256 %s)\n", name.str().c_str(), short_sha(sha).c_str());
     return {*existing, true};
   }
@@ -301,8 +307,11 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   manifest.size = size;
   manifest.sha256 = sha;
   manifest = store.install(name, partial, manifest);
-  std::fprintf(log, "verified sha256 %s%s\nstored %s (%s, %s)\n", short_sha(sha).c_str(),
-               expected_sha ? " (matches the source)" : "", name.str().c_str(), human_size(size).c_str(),
+  remove_file(partial_record_path(partial));
+  // "verified" only when there was a hash to compare with.
+  if (expected_sha) std::fprintf(log, "verified sha256 %s (matches the source)\n", short_sha(sha).c_str());
+  else std::fprintf(log, "sha256 %s (the source gave none to check against)\n", short_sha(sha).c_str());
+  std::fprintf(log, "stored %s (%s, %s)\n", name.str().c_str(), human_size(size).c_str(),
                manifest.quant.empty() ? "unknown type" : manifest.quant.c_str());
   return {manifest, false};
 }

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "gguf/file.h"
 #include "model/model_summary.h"
+#include "store/http_download.h"
 #include "store/model_ref.h"
 
 namespace m40::store {
@@ -112,7 +113,7 @@ void Store::remove(const ModelName& name) const {
   if (!fs::exists(manifest_path(name), ec)) throw Error("model '" + name.str() + "' not found");
   // The manifest goes first: a model without one is not a model, whatever
   // happens to the rest.
-  for (const auto& p : {manifest_path(name), gguf_path(name), partial_path(name)}) {
+  for (const auto& p : {manifest_path(name), gguf_path(name), partial_path(name), partial_record_path(partial_path(name))}) {
     if (!fs::remove(p, ec) && ec) throw Error("cannot remove " + p.string() + ": " + system_message(ec));
   }
   // Empty folders up to models/ go too, so `list` and the tree stay tidy.

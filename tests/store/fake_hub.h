@@ -5,8 +5,11 @@
 //   GET /ORG/REPO/resolve/main/FILE      the file, with Range support
 //   GET /files/NAME                      a plain URL, with X-Linked-Etag
 //   GET /redirect/NAME                   302 to /files/NAME
+// Every file has an ETag (from its bytes, so a replaced file has a new one)
+// and honours If-Range: a Range whose If-Range is not the current ETag is
+// answered 200 with the whole file, as real servers do.
 // It can drop the first connection halfway, serve corrupted bytes, and
-// records every request with its Range header.
+// records every request with its Range and If-Range headers.
 #pragma once
 
 #include <httplib.h>
@@ -28,6 +31,7 @@ namespace m40::test {
 struct HubRequest {
   std::string path;
   std::string range;
+  std::string if_range;
 };
 
 class FakeHub {
@@ -39,6 +43,7 @@ class FakeHub {
     bool corrupt = false;     // serve one byte changed
     bool stall_at_half = false;  // send half the bytes, then wait for release_stalls()
     std::string linked_etag;  // X-Linked-Etag on /files/
+    std::string etag;         // "\"<first 16 hex of sha256>\""; empty: no ETag header
   };
 
   FakeHub() {
@@ -109,6 +114,7 @@ class FakeHub {
     store::Sha256 hash;
     hash.update(bytes.data(), bytes.size());
     s.sha256 = hash.hex_digest();
+    s.etag = "\"" + s.sha256.substr(0, 16) + "\"";
     s.bytes = std::move(bytes);
     return files_[key] = std::move(s);
   }
@@ -144,10 +150,10 @@ class FakeHub {
  private:
   void record(const httplib::Request& req) {
     std::lock_guard lock(mutex_);
-    requests_.push_back({req.path, req.get_header_value("Range")});
+    requests_.push_back({req.path, req.get_header_value("Range"), req.get_header_value("If-Range")});
   }
 
-  void serve(const std::string& key, const httplib::Request&, httplib::Response& res) {
+  void serve(const std::string& key, const httplib::Request& req, httplib::Response& res) {
     std::lock_guard lock(mutex_);
     const auto it = files_.find(key);
     if (it == files_.end()) {
@@ -157,6 +163,11 @@ class FakeHub {
     }
     Served& f = it->second;
     if (!f.linked_etag.empty()) res.set_header("X-Linked-Etag", "\"" + f.linked_etag + "\"");
+    if (!f.etag.empty()) res.set_header("ETag", f.etag);
+    if (req.has_header("If-Range") && req.get_header_value("If-Range") != f.etag) {
+      // httplib 0.11 knows no If-Range: drop the range so that it sends all.
+      const_cast<httplib::Request&>(req).ranges.clear();
+    }
     std::string bytes = f.bytes;
     if (f.corrupt) bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
     if (f.drop_first) {

@@ -234,9 +234,13 @@ TEST_F(Pull, ADroppedConnectionResumesWithRangeAndTheFileIsIdentical) {
 
 TEST_F(Pull, APartialFileLeftByAnEarlierPullIsResumed) {
   const std::string bytes = shared_bytes(kQ8);
-  fs::create_directories(model_dir("hf.co/test/tinystories", "Q8_0"));
-  std::ofstream(model_dir("hf.co/test/tinystories", "Q8_0") / "model.gguf.partial", std::ios::binary)
-      << bytes.substr(0, 100000);
+  const fs::path dir = model_dir("hf.co/test/tinystories", "Q8_0");
+  const std::string url = hub.endpoint() + "/test/tinystories/resolve/main/" + kQ8;
+  const std::string etag = hub.add(std::string("test/tinystories/") + kQ8, bytes).etag;
+  fs::create_directories(dir);
+  std::ofstream(dir / "model.gguf.partial", std::ios::binary) << bytes.substr(0, 100000);
+  std::ofstream(dir / "model.gguf.partial.json")
+      << nlohmann::json{{"url", url}, {"etag", etag}, {"size", bytes.size()}}.dump();
   EXPECT_EQ(count_lines(run_binary({"list"}).out), 1);  // a partial file is not a model
 
   const BinaryResult r = run_binary({"pull", "hf.co/test/tinystories:Q8_0"});
@@ -245,7 +249,94 @@ TEST_F(Pull, APartialFileLeftByAnEarlierPullIsResumed) {
   const auto requests = hub.requests_for(std::string("/test/tinystories/resolve/main/") + kQ8);
   ASSERT_EQ(requests.size(), 1u);
   EXPECT_EQ(requests[0].range, "bytes=100000-");
+  EXPECT_EQ(requests[0].if_range, etag);
   EXPECT_EQ(stored("hf.co/test/tinystories", "Q8_0"), bytes);
+  EXPECT_FALSE(fs::exists(dir / "model.gguf.partial.json"));
+}
+
+// Bytes with no record of where they came from may be another file's: the
+// download starts over rather than append to them.
+TEST_F(Pull, APartialFileWithoutARecordIsStartedOver) {
+  const fs::path dir = model_dir("tiny", "latest");
+  fs::create_directories(dir);
+  std::ofstream(dir / "model.gguf.partial", std::ios::binary) << shared_bytes(kQ2).substr(0, 100000);
+  hub.add_file("files/q8.gguf", m40::test::shared_model(kQ8));
+  const BinaryResult r = run_binary({"pull", hub.endpoint() + "/files/q8.gguf", "--name", "tiny"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto requests = hub.requests_for("/files/q8.gguf");
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].range, "");
+  EXPECT_EQ(stored("tiny", "latest"), shared_bytes(kQ8));
+}
+
+// Stops a pull of `args` once `partial` holds `bytes` bytes (Ctrl-C).
+void interrupt_pull_at(const std::vector<std::string>& args, const fs::path& partial, uint64_t bytes) {
+  BackgroundPull pull(args);
+  ASSERT_TRUE(wait_for_size(partial, bytes)) << "the pull never got there";
+  pull.signal(SIGINT);
+  const BinaryResult r = pull.wait();
+  ASSERT_EQ(r.exit_code, 130) << r.err;
+}
+
+// A pull of URL A under a name, interrupted, then a pull of URL B under the
+// same name: B's bytes must not be appended to A's.
+TEST_F(Pull, AResumeAfterTheSourceUrlChangedStartsFromZero) {
+  hub.add_file("files/a.gguf", m40::test::shared_model(kQ2)).stall_at_half = true;
+  hub.add_file("files/b.gguf", m40::test::shared_model(kQ8));
+  const fs::path partial = model_dir("tiny", "latest") / "model.gguf.partial";
+  interrupt_pull_at({"pull", hub.endpoint() + "/files/a.gguf", "--name", "tiny"}, partial, 553120 / 2);
+  hub.release_stalls();
+
+  const BinaryResult r = run_binary({"pull", hub.endpoint() + "/files/b.gguf", "--name", "tiny"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("resumed a partial download"), std::string::npos) << r.err;
+  const auto requests = hub.requests_for("/files/b.gguf");
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].range, "");
+  EXPECT_EQ(stored("tiny", "latest"), shared_bytes(kQ8));
+  // Nothing was checked against a known hash, so nothing says "verified".
+  EXPECT_EQ(r.err.find("verified"), std::string::npos) << r.err;
+}
+
+// The same URL, but the server's file was replaced between the two pulls
+// (another ETag): the If-Range resume gets the whole new file.
+TEST_F(Pull, AResumeAfterTheServersFileChangedStartsFromZero) {
+  hub.add_file("files/m.gguf", m40::test::shared_model(kQ2)).stall_at_half = true;
+  const fs::path partial = model_dir("m", "latest") / "model.gguf.partial";
+  interrupt_pull_at({"pull", hub.endpoint() + "/files/m.gguf"}, partial, 553120 / 2);
+  hub.release_stalls();
+  const std::string new_etag = hub.add_file("files/m.gguf", m40::test::shared_model(kQ8)).etag;
+
+  const BinaryResult r = run_binary({"pull", hub.endpoint() + "/files/m.gguf"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto requests = hub.requests_for("/files/m.gguf");
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].range, "bytes=276560-");
+  EXPECT_FALSE(requests[1].if_range.empty());
+  EXPECT_NE(requests[1].if_range, new_etag);
+  EXPECT_NE(r.err.find("starting the download over"), std::string::npos) << r.err;
+  EXPECT_EQ(stored("m", "latest"), shared_bytes(kQ8));
+}
+
+// The ordinary case still resumes: same URL, same file.
+TEST_F(Pull, AnInterruptedPlainUrlDownloadResumesWithIfRange) {
+  auto& served = hub.add_file("files/r.gguf", m40::test::shared_model(kQ8));
+  served.stall_at_half = true;
+  const std::string etag = served.etag;
+  const fs::path partial = model_dir("r", "latest") / "model.gguf.partial";
+  interrupt_pull_at({"pull", hub.endpoint() + "/files/r.gguf"}, partial, 374864);
+  EXPECT_TRUE(fs::exists(model_dir("r", "latest") / "model.gguf.partial.json"));
+  hub.release_stalls();
+
+  const BinaryResult r = run_binary({"pull", hub.endpoint() + "/files/r.gguf"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("resumed a partial download at 374864 bytes"), std::string::npos) << r.err;
+  const auto requests = hub.requests_for("/files/r.gguf");
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].range, "bytes=374864-");
+  EXPECT_EQ(requests[1].if_range, etag);
+  EXPECT_EQ(stored("r", "latest"), shared_bytes(kQ8));
+  EXPECT_FALSE(fs::exists(model_dir("r", "latest") / "model.gguf.partial.json"));
 }
 
 TEST_F(Pull, ACorruptDownloadIsRefusedAndDeleted) {
