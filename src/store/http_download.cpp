@@ -388,7 +388,7 @@ DownloadResult download_file(const DownloadRequest& request) {
   FileDescriptor fd(::open(request.partial.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (fd.get() < 0) throw DiskError("cannot create " + request.partial.string() + ": " + std::strerror(errno), errno);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    throw Error("another pull is already writing " + request.partial.string() + "; wait for it to finish");
+    throw BusyError("another pull is already writing " + request.partial.string() + "; wait for it to finish");
   }
 
   Sha256 hash;

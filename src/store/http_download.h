@@ -39,6 +39,13 @@ class DiskError : public Error {
   int error_number_;
 };
 
+// Another process holds the partial file's lock and is writing it: nothing
+// of it, or of its folder, is this pull's to touch.
+class BusyError : public Error {
+ public:
+  using Error::Error;
+};
+
 // The user stopped the pull (Ctrl-C, SIGTERM); what arrived is kept.
 class InterruptedError : public Error {
  public:

@@ -251,6 +251,10 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
       if (!expected_sha) expected_sha = result.linked_sha256;
     }
     progress.finish();
+  } catch (const BusyError&) {
+    // The partial file and its folder are the other pull's: leave them.
+    progress.abandon();
+    throw;
   } catch (const DiskError& e) {
     progress.abandon();
     // A disk that refused a write leaves nothing behind.

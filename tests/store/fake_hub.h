@@ -42,6 +42,7 @@ class FakeHub {
     bool drop_first = false;  // first request: half the bytes, then close
     bool corrupt = false;     // serve one byte changed
     bool stall_at_half = false;  // send half the bytes, then wait for release_stalls()
+    bool stall_at_start = false;  // headers only, then wait for release_stalls()
     std::string linked_etag;  // X-Linked-Etag on /files/
     std::string etag;         // "\"<first 16 hex of sha256>\""; empty: no ETag header
   };
@@ -124,7 +125,7 @@ class FakeHub {
   void release_stalls() {
     {
       std::lock_guard lock(mutex_);
-      for (auto& [key, f] : files_) f.stall_at_half = false;
+      for (auto& [key, f] : files_) f.stall_at_half = f.stall_at_start = false;
     }
     stall_released_.notify_all();
   }
@@ -182,9 +183,9 @@ class FakeHub {
                                });
       return;
     }
-    if (f.stall_at_half) {
+    if (f.stall_at_half || f.stall_at_start) {
       auto data = std::make_shared<std::string>(std::move(bytes));
-      const size_t half = data->size() / 2;
+      const size_t half = f.stall_at_start ? 0 : data->size() / 2;
       res.set_content_provider(data->size(), "application/octet-stream",
                                [this, data, half, key](size_t offset, size_t length, httplib::DataSink& sink) {
                                  if (offset < half) {
@@ -192,7 +193,7 @@ class FakeHub {
                                    return true;
                                  }
                                  std::unique_lock stall_lock(mutex_);
-                                 stall_released_.wait(stall_lock, [&] { return stopping_ || !files_[key].stall_at_half; });
+                                 stall_released_.wait(stall_lock, [&] { return stopping_ || !(files_[key].stall_at_half || files_[key].stall_at_start); });
                                  return false;  // close the connection
                                });
       return;

@@ -475,6 +475,30 @@ TEST_F(Pull, AKilledPullLeavesNoModelAndTheNextPullResumes) {
   EXPECT_FALSE(fs::exists(partial));
 }
 
+// A second pull of a model that is being pulled says so and leaves the
+// first pull's (still empty) partial file and folder alone.
+TEST_F(Pull, ASecondPullOfTheSameModelLeavesTheFirstOneAlone) {
+  hub.add_file(std::string("test/tinystories/") + kQ8, m40::test::shared_model(kQ8)).stall_at_start = true;
+  const fs::path partial = model_dir("hf.co/test/tinystories", "Q8_0") / "model.gguf.partial";
+  const std::string file_path = std::string("/test/tinystories/resolve/main/") + kQ8;
+  BackgroundPull first({"pull", "hf.co/test/tinystories:Q8_0"});
+  for (int i = 0; i < 6000 && hub.requests_for(file_path).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(hub.requests_for(file_path).size(), 1u) << "the first pull never asked for the file";
+  ASSERT_TRUE(wait_for_size(partial, 0));
+
+  const BinaryResult second = run_binary({"pull", "hf.co/test/tinystories:Q8_0"});
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_NE(second.err.find("another pull is already writing " + partial.string()), std::string::npos) << second.err;
+  EXPECT_TRUE(fs::exists(partial));
+
+  hub.release_stalls();
+  const BinaryResult r = first.wait();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(stored("hf.co/test/tinystories", "Q8_0"), shared_bytes(kQ8));
+}
+
 // Ctrl-C (SIGINT) or SIGTERM during a download: one line saying what was
 // kept and what to do, exit status 130, no model, and a resume next time
 // (even while the server sends nothing, the pull notices the signal).
