@@ -310,7 +310,17 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   manifest.source = source;
   manifest.size = size;
   manifest.sha256 = sha;
-  manifest = store.install(name, partial, manifest);
+  try {
+    manifest = store.install(name, partial, manifest);
+  } catch (const Error& e) {
+    // Same rule as a disk error during the download: nothing half-made stays.
+    remove_partial(partial);
+    remove_file(store.model_dir(name) / "manifest.json.tmp");
+    // With no model there before, a model.gguf without a manifest is ours.
+    if (!existing) remove_file(store.gguf_path(name));
+    remove_empty_dirs(store, name);
+    throw Error(std::string(e.what()) + "; nothing was stored");
+  }
   remove_file(partial_record_path(partial));
   // "verified" only when there was a hash to compare with.
   if (expected_sha) std::fprintf(log, "verified sha256 %s (matches the source)\n", short_sha(sha).c_str());

@@ -448,6 +448,18 @@ TEST_F(Pull, ADiskThatRefusesWritesLeavesNothingBehind) {
   expect_nothing_stored();
 }
 
+// The manifest cannot be written (here: its temporary name is taken by a
+// folder; a full disk fails the same way): the downloaded file goes too.
+TEST_F(Pull, AManifestThatCannotBeWrittenLeavesNothingBehind) {
+  fs::create_directories(model_dir("hf.co/test/tinystories", "Q8_0") / "manifest.json.tmp");
+  const BinaryResult r = run_binary({"pull", "hf.co/test/tinystories:Q8_0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(last_line(r.err).rfind("error: cannot write ", 0), 0u) << r.err;
+  EXPECT_NE(last_line(r.err).find("manifest.json.tmp"), std::string::npos) << r.err;
+  EXPECT_NE(last_line(r.err).find("; nothing was stored"), std::string::npos) << r.err;
+  expect_nothing_stored();
+}
+
 // A pull killed outright (SIGKILL, a power cut) leaves only its partial
 // file: nothing is listed, and the next pull resumes after the bytes kept.
 TEST_F(Pull, AKilledPullLeavesNoModelAndTheNextPullResumes) {
