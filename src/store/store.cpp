@@ -222,14 +222,17 @@ std::string human_size(uint64_t bytes) {
 std::string resolve_model(const std::string& ref) {
   std::error_code ec;
   if (!ref.empty() && fs::is_regular_file(ref, ec)) return ref;
-  if (fs::is_directory(ref, ec)) throw Error("'" + ref + "' is a directory, not a GGUF model file");
-  if (ref.starts_with('/') || ref.starts_with("./") || ref.starts_with("../")) {
+  // Only a file path wins over a store name: a folder that happens to have
+  // a model's name (./tinystories) does not hide the model.
+  const bool is_directory = fs::is_directory(ref, ec);
+  if (!is_directory && (ref.starts_with('/') || ref.starts_with("./") || ref.starts_with("../"))) {
     throw Error("model file '" + ref + "' does not exist");
   }
   if (auto name = try_parse_model_name(ref)) {
     const Store store = Store::from_environment();
     if (auto m = store.find(*name)) return m->gguf_path.string();
   }
+  if (is_directory) throw Error("'" + ref + "' is a directory, not a GGUF model file");
   throw Error("model '" + ref + "' not found: pull it with m40-llm pull " + ref);
 }
 

@@ -132,6 +132,33 @@ TEST(ResolveModel, PathsNamesAndMissingModels) {
   EXPECT_THROW(m40::store::resolve_model("/no/such/model.gguf"), m40::Error);
 }
 
+// A folder in the current directory named like a stored model does not hide
+// it; a folder that is no model's name is still called a folder.
+TEST(ResolveModel, AFolderNamedLikeAModelDoesNotHideIt) {
+  m40::test::TempStoreHome home;
+  const Store store(home.path());
+  pull_local(store, "TinyStories-656K-Q8_0.gguf", "tinystories");
+  const fs::path cwd = home.path() / "cwd";
+  fs::create_directories(cwd / "tinystories");
+  fs::create_directories(cwd / "notes");
+  const fs::path old_cwd = fs::current_path();
+  fs::current_path(cwd);
+  std::string resolved, notes_error;
+  try {
+    resolved = m40::store::resolve_model("tinystories");
+  } catch (const m40::Error& e) {
+    resolved = e.what();
+  }
+  try {
+    m40::store::resolve_model("notes");
+  } catch (const m40::Error& e) {
+    notes_error = e.what();
+  }
+  fs::current_path(old_cwd);
+  EXPECT_EQ(resolved, (home.path() / "models/tinystories/latest/model.gguf").string());
+  EXPECT_EQ(notes_error, "'notes' is a directory, not a GGUF model file");
+}
+
 TEST(Store, HumanSizesAndTimes) {
   using m40::store::human_size;
   using m40::store::relative_time;
