@@ -14,14 +14,25 @@ bool allowed_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
 }
 
-// Empty when valid, else why not.
-std::string check_component(const std::string& part, const char* what) {
-  if (part.empty()) return std::string("an empty ") + what;
-  if (part == "." || part == "..") return std::string("'") + part + "' as " + what;
-  if (part.size() > 128) return std::string("a ") + what + " longer than 128 characters";
-  for (char c : part) {
-    if (!allowed_char(c)) return std::string("the character '") + c + "' in " + what + " (use letters, digits, '.', '_', '-')";
+// The file names of a model's folder (models/NAME/TAG/): a name part or a
+// tag spelled like one would be a folder where the store puts a file.
+bool is_store_file_name(const std::string& part) {
+  for (const char* reserved : {"model.gguf", "manifest.json", "manifest.json.tmp", "model.gguf.partial",
+                               "model.gguf.partial.json"}) {
+    if (part == reserved) return true;
   }
+  return false;
+}
+
+// Empty when valid, else why not. `what`: "tag" or "name part".
+std::string check_component(const std::string& part, const std::string& what) {
+  if (part.empty()) return "an empty " + what;
+  if (part == "." || part == "..") return "'" + part + "' as a " + what;
+  if (part.size() > 128) return "a " + what + " longer than 128 characters";
+  for (char c : part) {
+    if (!allowed_char(c)) return std::string("the character '") + c + "' in a " + what + " (use letters, digits, '.', '_', '-')";
+  }
+  if (is_store_file_name(part)) return "'" + part + "' as a " + what + " (the store uses that file name)";
   return {};
 }
 
@@ -36,11 +47,11 @@ std::optional<ModelName> parse(const std::string& text, std::string* why) {
     out.name = text;
     out.tag = kDefaultTag;
   }
-  std::string problem = check_component(out.tag, "the tag");
+  std::string problem = check_component(out.tag, "tag");
   size_t start = 0;
   while (problem.empty()) {
     const size_t end = out.name.find('/', start);
-    problem = check_component(out.name.substr(start, end - start), "a name part");
+    problem = check_component(out.name.substr(start, end - start), "name part");
     if (end == std::string::npos) break;
     start = end + 1;
   }
@@ -69,7 +80,7 @@ std::string sanitize_name_component(const std::string& text) {
   }
   while (!out.empty() && !std::isalnum(static_cast<unsigned char>(out.front()))) out.erase(0, 1);
   if (out.size() > 128) out.resize(128);
-  if (out.empty()) out = "model";
+  if (out.empty() || is_store_file_name(out)) out = "model";
   return out;
 }
 

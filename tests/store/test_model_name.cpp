@@ -2,6 +2,9 @@
 // letters, digits, '.', '_', '-'.
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 #include "common/error.h"
 #include "store/model_name.h"
 
@@ -27,6 +30,33 @@ TEST(ModelName, RejectsWhatCannotBeAFolder) {
                           "a/.:x"}) {
     EXPECT_THROW(parse_model_name(bad), m40::Error) << bad;
     EXPECT_FALSE(m40::store::try_parse_model_name(bad).has_value()) << bad;
+  }
+}
+
+// A part or tag named like a file of a model's folder would collide with it.
+TEST(ModelName, TheStoresOwnFileNamesAreReserved) {
+  for (const char* bad : {"model.gguf", "a/manifest.json", "a:model.gguf.partial", "x/model.gguf.partial.json:latest",
+                          "a:manifest.json.tmp"}) {
+    EXPECT_FALSE(m40::store::try_parse_model_name(bad).has_value()) << bad;
+  }
+  try {
+    parse_model_name("tiny:model.gguf");
+    FAIL();
+  } catch (const m40::Error& e) {
+    EXPECT_STREQ(e.what(), "invalid model name 'tiny:model.gguf': 'model.gguf' as a tag (the store uses that file name)");
+  }
+  EXPECT_EQ(m40::store::sanitize_name_component("manifest.json"), "model");
+}
+
+TEST(ModelName, EmptyPartsAreNamedPlainly) {
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"a:", "an empty tag"}, {"a//b", "an empty name part"}, {"a/..", "'..' as a name part"}}) {
+    try {
+      parse_model_name(text);
+      ADD_FAILURE() << text;
+    } catch (const m40::Error& e) {
+      EXPECT_EQ(std::string(e.what()), "invalid model name '" + text + "': " + why);
+    }
   }
 }
 
