@@ -572,6 +572,28 @@ Value list_method(const Value& self, const std::string& name) {
 }
 
 // Python's slice.indices(): a normalized start, stop, step for a length.
+// The number of items of Python's range(start, stop, step) (step != 0),
+// without overflow: distances and the step's magnitude are taken unsigned,
+// where even stop - start across the whole int64 range and -INT64_MIN fit.
+uint64_t step_count(int64_t start, int64_t stop, int64_t step) {
+  if (step > 0 && start < stop) {
+    const uint64_t distance = static_cast<uint64_t>(stop) - static_cast<uint64_t>(start);
+    return (distance - 1) / static_cast<uint64_t>(step) + 1;
+  }
+  if (step < 0 && start > stop) {
+    const uint64_t distance = static_cast<uint64_t>(start) - static_cast<uint64_t>(stop);
+    const uint64_t magnitude = static_cast<uint64_t>(-(step + 1)) + 1;
+    return (distance - 1) / magnitude + 1;
+  }
+  return 0;
+}
+
+// Item k (< step_count) of that range: it lies between start and stop, so it
+// fits, and the wrapping unsigned arithmetic gives it exactly.
+int64_t step_value(int64_t start, int64_t step, uint64_t k) {
+  return static_cast<int64_t>(static_cast<uint64_t>(start) + k * static_cast<uint64_t>(step));
+}
+
 void slice_indices(int64_t len, const Value& start_v, const Value& stop_v, const Value& step_v, int64_t& start,
                    int64_t& stop, int64_t& step) {
   auto get = [](const Value& v, bool& present) -> int64_t {
@@ -779,19 +801,21 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
     const int64_t n = std::max<int64_t>(0, times->as_integral());
     if (seq->is_string()) {
       const std::string& s = seq->as_string();
-      if (!s.empty() && static_cast<uint64_t>(n) > in.limits().max_output_bytes / s.size()) in.check_size(SIZE_MAX);
+      if (s.empty() || n == 0) return Value(std::string());
+      if (static_cast<uint64_t>(n) > in.limits().max_output_bytes / s.size()) in.check_size(SIZE_MAX);
       std::string out;
       out.reserve(s.size() * static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) out += s;
       return Value(std::move(out));
     }
     const auto& items = seq->as_list().items;
-    if (!items.empty()) {
-      if (static_cast<uint64_t>(n) > in.limits().max_built_bytes / (items.size() * sizeof(Value))) {
-        in.account(SIZE_MAX);
-      }
-      in.account(static_cast<size_t>(n) * items.size() * sizeof(Value));
+    // An empty sequence repeated any number of times is empty: return before
+    // a loop of up to INT64_MAX empty appends.
+    if (items.empty() || n == 0) return Value::list({}, seq->is_tuple());
+    if (static_cast<uint64_t>(n) > in.limits().max_built_bytes / (items.size() * sizeof(Value))) {
+      in.account(SIZE_MAX);
     }
+    in.account(static_cast<size_t>(n) * items.size() * sizeof(Value));
     std::vector<Value> out;
     for (int64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
     return Value::list(std::move(out), seq->is_tuple());
@@ -978,8 +1002,10 @@ Value get_slice(const Value& object, const Value& start_v, const Value& stop_v, 
                                                          : cps.size());
   int64_t start, stop, step;
   slice_indices(len, start_v, stop_v, step_v, start, stop, step);
+  const uint64_t count = step_count(start, stop, step);
   std::vector<size_t> picks;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) picks.push_back(static_cast<size_t>(i));
+  picks.reserve(static_cast<size_t>(count));
+  for (uint64_t k = 0; k < count; ++k) picks.push_back(static_cast<size_t>(step_value(start, step, k)));
   if (object.is_list()) {
     const auto& items = object.as_list().items;
     std::vector<Value> out;
@@ -1015,16 +1041,16 @@ void add_jinja_globals(Scope& scope) {
                 if (a.positional.size() == 3) step = int_arg(a.positional[2], "range()");
               }
               if (step == 0) throw Failure("range() arg 3 must not be zero");
-              // Jinja2's sandbox refuses ranges of more than 100000 items.
-              const double count = std::ceil((static_cast<double>(stop) - static_cast<double>(start)) /
-                                             static_cast<double>(step));
+              // Counted exactly, so start and stop near the int64 limits neither
+              // overflow nor round; Jinja2's sandbox refuses ranges of more than
+              // 100000 items.
+              const uint64_t count = step_count(start, stop, step);
               if (count > 100000) {
                 throw Failure("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
               }
               std::vector<Value> out;
-              for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-                out.emplace_back(i);
-              }
+              out.reserve(static_cast<size_t>(count));
+              for (uint64_t k = 0; k < count; ++k) out.emplace_back(step_value(start, step, k));
               in.step();
               return Value::list(std::move(out));
             }));

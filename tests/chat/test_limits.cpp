@@ -58,6 +58,44 @@ TEST(ChatLimits, RangeIsCappedAsInTheSandbox) {
   EXPECT_THROW(render("{{ range(1000000) | length }}"), m40::chat::TemplateRenderError);
 }
 
+// A step near the int64 limits must not overflow the index (it once read
+// wild memory): Python's slice takes one item, or walks backwards.
+TEST(ChatLimits, SlicesWithHugeStepsDoNotOverflow) {
+  EXPECT_EQ(render("{{ 'abc'[2::9223372036854775807] }}"), "c");
+  EXPECT_EQ(render("{{ 'abc'[::9223372036854775807] }}"), "a");
+  EXPECT_EQ(render("{{ [1, 2, 3][2::9223372036854775807] }}"), "[3]");
+  EXPECT_EQ(render("{{ [1, 2, 3][0::9223372036854775807] }}"), "[1]");
+  EXPECT_EQ(render("{{ 'abc'[0::-9223372036854775807] }}"), "a");
+  EXPECT_EQ(render("{{ 'abc'[::-9223372036854775807] }}"), "c");
+  EXPECT_EQ(render("{{ [1, 2, 3][::-9223372036854775807 - 1] }}"), "[3]");
+  EXPECT_EQ(render("{{ 'añc'[2::9223372036854775807] }}"), "c");
+  EXPECT_EQ(render("{{ 'abcdefg'[1:6:2] }}|{{ 'abcdefg'[6:0:-3] }}|{{ [1, 2, 3][5:0:-1] }}"), "bdf|gd|[3, 2]");
+}
+
+// range() near the int64 limits is counted exactly: no overflow, no endless loop.
+TEST(ChatLimits, RangeNearTheIntegerLimitsIsCountedExactly) {
+  EXPECT_EQ(render("{{ range(9223372036854775800, 9223372036854775807, 5) | list }}"),
+            "[9223372036854775800, 9223372036854775805]");
+  EXPECT_EQ(render("{{ range(-9223372036854775807 - 1, -9223372036854775800, 7) | list }}"),
+            "[-9223372036854775808, -9223372036854775801]");
+  EXPECT_EQ(render("{{ range(9223372036854775807, 9223372036854775800, -4) | list }}"),
+            "[9223372036854775807, 9223372036854775803]");
+  EXPECT_EQ(render("{{ range(0, 9223372036854775807, 9223372036854775807) | list }}"), "[0]");
+  EXPECT_EQ(render("{{ range(5, 0, -9223372036854775807 - 1) | list }}"), "[5]");
+  EXPECT_EQ(render("{{ range(10, 0) | list }}{{ range(0, 10, -1) | list }}"), "[][]");
+  EXPECT_THROW(render("{{ range(-9223372036854775807 - 1, 9223372036854775807) | length }}"),
+               m40::chat::TemplateRenderError);
+  EXPECT_THROW(render("{{ range(9223372036854775807, -9223372036854775807 - 1, -1) | length }}"),
+               m40::chat::TemplateRenderError);
+}
+
+// Repeating an empty sequence any number of times is empty, at once.
+TEST(ChatLimits, EmptySequenceTimesAHugeNumberIsEmpty) {
+  EXPECT_EQ(render("[{{ '' * 9223372036854775807 }}]"), "[]");
+  EXPECT_EQ(render("{{ [] * 9223372036854775807 }}"), "[]");
+  EXPECT_EQ(render("{{ 'ab' * 0 }}|{{ 'ab' * -5 }}|{{ [1] * -9223372036854775807 }}"), "||[]");
+}
+
 TEST(ChatLimits, DeepNestingIsASyntaxErrorNotACrash) {
   const std::string parens = std::string(5000, '(') + "1" + std::string(5000, ')');
   EXPECT_THROW(ChatTemplate("{{ " + parens + " }}"), m40::chat::TemplateSyntaxError);
