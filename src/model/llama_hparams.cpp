@@ -72,6 +72,11 @@ class KeyReader {
   std::string_view arch_;
 };
 
+// Widest query or key/value projection (n_head * head_dim) accepted: far above
+// any real model (Llama 3.1 405B: 16384), low enough that row and element
+// counts stay in int32 everywhere they are used.
+constexpr uint64_t kMaxProjectionWidth = uint64_t{1} << 20;
+
 [[noreturn]] void inconsistent(const std::string& message) { throw HparamsError(message); }
 
 uint32_t vocabulary_size(const gguf::Metadata& metadata, const KeyReader& keys, std::string_view arch,
@@ -179,6 +184,16 @@ LlamaHparams LlamaHparams::from_metadata(const gguf::Metadata& metadata, const g
   if (auto v = keys.optional<uint32_t>("attention.value_length"); v && *v != hp.n_embd_head) {
     inconsistent(key("attention.value_length") + " (" + show(*v) + ") differs from the key length (" +
                  show(hp.n_embd_head) + "), which m40-llm does not support");
+  }
+
+  // The query projection is n_head * head_dim wide: in 32 bits a crafted file
+  // wraps it to a small width (even 0) that its tensors then match. The
+  // key/value width is at most this, as head_count_kv divides head_count.
+  if (const uint64_t width = uint64_t{hp.n_head} * hp.n_embd_head; width > kMaxProjectionWidth) {
+    inconsistent(key("attention.head_count") + " (" + show(hp.n_head) + ") times the head dimension (" +
+                 show(hp.n_embd_head) + ", " + key("attention.key_length") + ") gives a query width of " +
+                 std::to_string(width) + ", above the " + std::to_string(kMaxProjectionWidth) +
+                 " m40-llm supports");
   }
 
   hp.n_rot = keys.optional<uint32_t>("rope.dimension_count").value_or(hp.n_embd_head);

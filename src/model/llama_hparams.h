@@ -74,6 +74,7 @@ struct LlamaHparams {
 
   uint32_t head_dim() const { return n_embd_head; }
   uint32_t n_gqa() const { return n_head / n_head_kv; }  // query heads per KV head
+  // from_metadata bounds both products, so they fit in 32 bits.
   uint32_t q_dim() const { return n_head * n_embd_head; }
   uint32_t kv_dim() const { return n_head_kv * n_embd_head; }
   RopeStyle rope_style() const { return traits->rope_style; }

@@ -30,6 +30,12 @@ class WeightFinder {
 
  private:
   WeightView check(const gguf::TensorInfo& t, uint64_t cols, uint64_t rows) const {
+    if (cols == 0 || rows == 0) {
+      // Only inconsistent hyperparameters ask for an empty matrix; a file that
+      // stores one would pass the shape check and leave nothing to compute with.
+      throw Error("tensor '" + t.name + "' would be an empty " + shape_string({cols, rows}) +
+                  " matrix: the model's hyperparameters are inconsistent");
+    }
     const std::vector<uint64_t> expected = rows == 1 ? std::vector<uint64_t>{cols} : std::vector<uint64_t>{cols, rows};
     std::vector<uint64_t> found = t.dims;
     while (found.size() > 1 && found.back() == 1) found.pop_back();  // [n, 1] is a vector too

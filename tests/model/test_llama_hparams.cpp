@@ -291,3 +291,28 @@ TEST(LlamaHparams, ErrorsAreMetadataErrors) {
   EXPECT_THROW(LlamaHparams::from_metadata(m), gguf::MetadataError);
   EXPECT_THROW(LlamaHparams::from_metadata(m), m40::Error);
 }
+
+// n_head * head_dim in 32 bits wraps: 65536 * 65536 = 0 (an empty projection,
+// then a division by zero) and 65537 * 65536 = 65536 (a projection narrower
+// than the heads, then RoPE beyond its buffer). Both are refused at load.
+TEST(LlamaHparams, ProjectionWidthsThatOverflowAreRefused) {
+  auto m = minimal_llama();
+  m.set("llama.attention.head_count", uint32_t{65536});
+  m.set("llama.attention.head_count_kv", uint32_t{65536});
+  m.set("llama.attention.key_length", uint32_t{65536});
+  std::string message = error_of(m);
+  EXPECT_TRUE(contains(message, "llama.attention.head_count (65536)")) << message;
+  EXPECT_TRUE(contains(message, "4294967296")) << message;
+
+  m.set("llama.attention.head_count", uint32_t{65537});
+  m.set("llama.attention.head_count_kv", uint32_t{1});
+  message = error_of(m);
+  EXPECT_TRUE(contains(message, "llama.attention.head_count (65537)")) << message;
+  EXPECT_TRUE(contains(message, "query width")) << message;
+
+  // Wide but real: Llama 3.1 405B's 128 heads of 128.
+  m = minimal_llama();
+  m.set("llama.attention.head_count", uint32_t{128});
+  m.set("llama.attention.key_length", uint32_t{128});
+  EXPECT_EQ(LlamaHparams::from_metadata(m).q_dim(), 16384u);
+}

@@ -14,11 +14,14 @@ namespace {
 
 // A copy of a shared model with `edit` applied to each tensor's shape (or
 // the tensor dropped when edit returns false).
-std::string rewritten(const std::string& name, const std::function<bool(const gguf::TensorInfo&, std::vector<uint64_t>&,
-                                                                          gguf::TensorType&)>& edit) {
+// `edit_metadata` (optional) then changes the metadata.
+std::string rewritten(const std::string& name,
+                      const std::function<bool(const gguf::TensorInfo&, std::vector<uint64_t>&, gguf::TensorType&)>& edit,
+                      const std::function<void(gguf::Metadata&)>& edit_metadata = {}) {
   auto original = gguf::File::open(test::shared_model(name).string());
   gguf::Writer w(original.alignment());
   for (const auto& [key, value] : original.metadata().entries()) w.metadata().set(key, value);
+  if (edit_metadata) edit_metadata(w.metadata());
   for (const auto& t : original.tensors()) {
     std::vector<uint64_t> dims = t.dims;
     gguf::TensorType type = t.type;
@@ -83,4 +86,52 @@ TEST_F(LlamaWeightsLoad, ATypeWithoutKernelsIsNamed) {
                                 return true;
                               }),
                     "has type IQ2_XXS, which m40-llm cannot compute with yet");
+}
+
+namespace {
+
+// Repro of a crafted file: 65536 heads of 65536 wrap n_head * head_dim to 0 in
+// 32 bits, and the attention tensors are stored empty to match. Before the
+// hyperparameters were bounded this loaded into a division by zero (SIGFPE).
+std::string empty_attention_model() {
+  return rewritten(
+      "synthetic/tiny-llama-rand-F32.gguf",
+      [](const gguf::TensorInfo& t, std::vector<uint64_t>& dims, auto&) {
+        if (t.name.find(".attn_q.weight") != std::string::npos || t.name.find(".attn_k.weight") != std::string::npos ||
+            t.name.find(".attn_v.weight") != std::string::npos) {
+          dims[1] = 0;
+        }
+        if (t.name.find(".attn_output.weight") != std::string::npos) dims[0] = 0;
+        return true;
+      },
+      [](gguf::Metadata& m) {
+        m.set("llama.attention.head_count", uint32_t{65536});
+        m.set("llama.attention.head_count_kv", uint32_t{65536});
+        m.set("llama.attention.key_length", uint32_t{65536});
+      });
+}
+
+}  // namespace
+
+TEST_F(LlamaWeightsLoad, HeadCountsThatWrapTheQueryWidthAreRefused) {
+  expect_load_error(empty_attention_model(), "gives a query width of 4294967296");
+}
+
+// The weight check stands on its own: hyperparameters that ask for an empty
+// matrix (however they came about) are refused, not divided by.
+TEST_F(LlamaWeightsLoad, AnEmptyMatrixIsRefused) {
+  const std::string path = empty_attention_model();
+  const auto file = gguf::File::open(path);
+  auto hp = model::LlamaHparams::from_file(
+      gguf::File::open(test::shared_model("synthetic/tiny-llama-rand-F32.gguf").string()));
+  hp.n_head = hp.n_head_kv = hp.n_embd_head = 65536;  // q_dim() == 0
+  try {
+    model::LlamaWeights::load(file, hp);
+    ADD_FAILURE() << "expected an m40::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'blk.0.attn_q.weight' would be an empty [256, 0] matrix"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(path);
 }
