@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 #include <ctime>
 #include <vector>
 
@@ -99,6 +100,35 @@ struct Spec {
   char type = 0;
 };
 
+// The largest width or precision a format spec may ask for. Python allows
+// any, but a template from a model file could otherwise make snprintf or the
+// padding build gigabytes before the output limit sees them; no real chat
+// template pads or rounds to anywhere near this.
+constexpr int kMaxFormatField = 4096;
+
+[[noreturn]] void field_too_large(const char* what) {
+  throw Failure(std::string("format ") + what + " too large (the limit is " + std::to_string(kMaxFormatField) + ")");
+}
+
+// Reads the decimal digits at text[i...] as a width or precision, refusing
+// (before the int could overflow) any value above kMaxFormatField.
+int read_field(std::string_view text, size_t& i, const char* what) {
+  int value = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    value = value * 10 + (text[i++] - '0');
+    if (value > kMaxFormatField) field_too_large(what);
+  }
+  return value;
+}
+
+// A width or precision given by a '*' argument, within the same bound.
+int star_field(const Value& v, const char* what) {
+  if (!v.is_integral()) throw Failure("* wants int");
+  const int64_t n = v.as_integral();
+  if (n > kMaxFormatField || n < -kMaxFormatField) field_too_large(what);
+  return static_cast<int>(n);
+}
+
 std::string pad(std::string body, const Spec& s, char default_align) {
   const size_t len = unicode::length(body);
   if (s.width < 0 || len >= static_cast<size_t>(s.width)) return body;
@@ -190,9 +220,13 @@ std::string format_float(double v, const Spec& s) {
       throw Failure(std::string("Unknown format code '") + type + "' for object of type 'float'");
     }
     const std::string fmt = std::string("%") + (s.alternate ? "#" : "") + "." + std::to_string(precision) + conv;
-    char buf[512];
-    std::snprintf(buf, sizeof buf, fmt.c_str(), x);
-    body = buf;
+    // Sized by a first call: %f of 1e308 at the largest precision is over
+    // 4000 bytes, and a fixed buffer would cut it silently.
+    const int size = std::snprintf(nullptr, 0, fmt.c_str(), x);
+    if (size < 0) throw Failure("cannot format float");
+    std::vector<char> buf(static_cast<size_t>(size) + 1);
+    std::snprintf(buf.data(), buf.size(), fmt.c_str(), x);
+    body.assign(buf.data(), static_cast<size_t>(size));
     body += suffix;
   }
   if (!body.empty() && body[0] != '-') {
@@ -235,16 +269,13 @@ Spec parse_spec(const std::string& spec) {
     s.zero = true;
     ++i;
   }
-  if (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') {
-    s.width = 0;
-    while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') s.width = s.width * 10 + (spec[i++] - '0');
-  }
+  if (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') s.width = read_field(spec, i, "width");
   if (i < spec.size() && (spec[i] == ',' || spec[i] == '_')) s.grouping = spec[i++];
   if (i < spec.size() && spec[i] == '.') {
     ++i;
     s.precision = 0;
     if (i >= spec.size() || spec[i] < '0' || spec[i] > '9') throw Failure("Format specifier missing precision");
-    while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') s.precision = s.precision * 10 + (spec[i++] - '0');
+    s.precision = read_field(spec, i, "precision");
   }
   if (i < spec.size()) s.type = spec[i++];
   if (i != spec.size()) throw Failure("Invalid format specifier '" + spec + "'");
@@ -335,23 +366,19 @@ std::string percent_format(const std::string& format, const Value& args) {
       ++i;
     }
     if (i < n && format[i] == '*') {
-      const Value& w = take();
-      if (!w.is_integral()) throw Failure("* wants int");
-      s.width = static_cast<int>(w.as_integral());
+      s.width = star_field(take(), "width");
       ++i;
-    } else {
-      while (i < n && format[i] >= '0' && format[i] <= '9') s.width = (s.width < 0 ? 0 : s.width * 10) + (format[i++] - '0');
+    } else if (i < n && format[i] >= '0' && format[i] <= '9') {
+      s.width = read_field(format, i, "width");
     }
     if (i < n && format[i] == '.') {
       ++i;
       s.precision = 0;
       if (i < n && format[i] == '*') {
-        const Value& p = take();
-        if (!p.is_integral()) throw Failure("* wants int");
-        s.precision = static_cast<int>(p.as_integral());
+        s.precision = star_field(take(), "precision");
         ++i;
       } else {
-        while (i < n && format[i] >= '0' && format[i] <= '9') s.precision = s.precision * 10 + (format[i++] - '0');
+        s.precision = read_field(format, i, "precision");
       }
     }
     while (i < n && (format[i] == 'h' || format[i] == 'l' || format[i] == 'L')) ++i;

@@ -96,6 +96,30 @@ TEST(ChatLimits, EmptySequenceTimesAHugeNumberIsEmpty) {
   EXPECT_EQ(render("{{ 'ab' * 0 }}|{{ 'ab' * -5 }}|{{ [1] * -9223372036854775807 }}"), "||[]");
 }
 
+// Format widths and precisions are capped at 4096 (a clear render error,
+// not gigabytes in snprintf or an int overflow while parsing the digits);
+// output up to the cap is exact, not cut at some buffer size.
+TEST(ChatLimits, FormatWidthAndPrecisionAreBounded) {
+  using m40::chat::TemplateRenderError;
+  EXPECT_THROW(render("{{ '%.999999999f' % 1.0 }}"), TemplateRenderError);
+  EXPECT_THROW(render("{{ '%.99999999999999999999f' % 1.0 }}"), TemplateRenderError);
+  EXPECT_THROW(render("{{ '%2147483647d' % 1 }}"), TemplateRenderError);
+  EXPECT_THROW(render("{{ '%*d' % (100000000, 1) }}"), TemplateRenderError);
+  EXPECT_THROW(render("{{ '%.*f' % (-9223372036854775807, 1.0) }}"), TemplateRenderError);
+  EXPECT_THROW(render("{{ '{:,.2147483647f}'.format(1e300) }}"), TemplateRenderError);
+  EXPECT_THROW(render("{{ '{:4097}'.format('x') }}"), TemplateRenderError);
+  EXPECT_THROW(render("{{ '{:.4097}'.format('x') }}"), TemplateRenderError);
+
+  EXPECT_EQ(render("{{ ('%4096d' % 7) | length }}"), "4096");
+  EXPECT_EQ(render("{{ '{:>4096}'.format('x') | length }}"), "4096");
+  EXPECT_EQ(render("{{ '%*d|%-*d|' % (3, 7, 3, 8) }}"), "  7|8  |");
+  // 1e300 with 600 decimals is 301 + 1 + 600 characters, past the old 511-byte buffer.
+  EXPECT_EQ(render("{{ ('%.600f' % 1e300) | length }}"), "902");
+  EXPECT_EQ(render("{{ ('{:.4096f}'.format(1e308)) | length }}"), std::to_string(309 + 1 + 4096));
+  EXPECT_EQ(render("{{ '%.3f|{:.2f}' % 3.14159 }}"), "3.142|{:.2f}");
+  EXPECT_EQ(render("{{ '{:08.3f}'.format(-3.14159) }}"), "-003.142");
+}
+
 TEST(ChatLimits, DeepNestingIsASyntaxErrorNotACrash) {
   const std::string parens = std::string(5000, '(') + "1" + std::string(5000, ')');
   EXPECT_THROW(ChatTemplate("{{ " + parens + " }}"), m40::chat::TemplateSyntaxError);
