@@ -76,6 +76,15 @@ LlamaWeights LlamaWeights::load(const gguf::File& file, const LlamaHparams& hp) 
     w.tied_output = true;
   }
   w.rope_freqs = find.optional("rope_freqs.weight", hp.n_rot / 2, 1);
+  // Every layer has at least 9 tensors (norms, Q, K, V, output, gate, up,
+  // down). Checked before the layers are allocated, so a crafted block_count
+  // cannot make a small file allocate gigabytes.
+  constexpr uint64_t kTensorsPerLayer = 9;
+  if (hp.n_layer > file.tensors().size() / kTensorsPerLayer) {
+    throw Error(arch_key(hp.architecture, "block_count") + " is " + std::to_string(hp.n_layer) +
+                ", but the file holds only " + std::to_string(file.tensors().size()) + " tensors, fewer than the " +
+                std::to_string(kTensorsPerLayer) + " each layer needs (corrupt metadata or a truncated model)");
+  }
   w.layers.resize(hp.n_layer);
   for (uint32_t i = 0; i < hp.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";

@@ -135,3 +135,15 @@ TEST_F(LlamaWeightsLoad, AnEmptyMatrixIsRefused) {
   }
   std::filesystem::remove(path);
 }
+
+// A block count the file's tensors cannot back is refused before the layers
+// are allocated: 20 million made a 340 KB file take 13 GB, 4 billion threw
+// std::bad_alloc.
+TEST_F(LlamaWeightsLoad, ABlockCountBeyondTheTensorsIsRefusedBeforeAllocating) {
+  for (uint32_t n_layer : {3u, 20'000'000u, 4'000'000'000u}) {
+    expect_load_error(rewritten(
+                          "synthetic/tiny-llama-rand-F32.gguf", [](auto&, auto&, auto&) { return true; },
+                          [n_layer](gguf::Metadata& m) { m.set("llama.block_count", n_layer); }),
+                      "llama.block_count is " + std::to_string(n_layer) + ", but the file holds only 21 tensors");
+  }
+}
