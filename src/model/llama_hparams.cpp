@@ -81,15 +81,27 @@ constexpr uint64_t kMaxProjectionWidth = uint64_t{1} << 20;
 
 uint32_t vocabulary_size(const gguf::Metadata& metadata, const KeyReader& keys, std::string_view arch,
                          const gguf::TensorInfo* token_embd) {
-  if (auto n = keys.optional<uint32_t>("vocab_size")) return *n;
+  std::optional<uint64_t> n_tokens;  // the tokenizer's vocabulary, when the file has one
   if (const gguf::Value* tokens = metadata.find("tokenizer.ggml.tokens")) {
     const auto* array = std::get_if<gguf::Array>(&tokens->storage);
     if (array == nullptr) {
       throw HparamsError("metadata key 'tokenizer.ggml.tokens' has type " +
                          std::string(gguf::value_type_name(tokens->type())) + ", expected array");
     }
-    return static_cast<uint32_t>(array->items.size());
+    n_tokens = array->items.size();
   }
+  if (auto n = keys.optional<uint32_t>("vocab_size")) {
+    // The model could sample ids the tokenizer cannot decode. llama.cpp's
+    // converter pads the token list itself ([PAD...]) when a model rounds its
+    // vocabulary up, so a well-formed file never has fewer tokens than rows.
+    if (n_tokens && *n > *n_tokens) {
+      throw HparamsError(arch_key(arch, "vocab_size") + " (" + std::to_string(*n) +
+                         ") exceeds the tokenizer's vocabulary (" + std::to_string(*n_tokens) +
+                         " entries in tokenizer.ggml.tokens): the model could produce tokens that cannot be decoded");
+    }
+    return *n;
+  }
+  if (n_tokens) return static_cast<uint32_t>(*n_tokens);
   if (token_embd != nullptr && token_embd->dims.size() >= 2) {
     return static_cast<uint32_t>(token_embd->dims[1]);
   }

@@ -316,3 +316,23 @@ TEST(LlamaHparams, ProjectionWidthsThatOverflowAreRefused) {
   m.set("llama.attention.key_length", uint32_t{128});
   EXPECT_EQ(LlamaHparams::from_metadata(m).q_dim(), 16384u);
 }
+
+// A model that scores more ids than the tokenizer has would, sooner or later,
+// sample one that cannot be decoded and fail mid-answer. llama.cpp's converter
+// pads the token list to the model's vocabulary, so equal sizes are the norm.
+TEST(LlamaHparams, AVocabularyLargerThanTheTokenizersIsRefused) {
+  auto m = minimal_llama();
+  gguf::Array tokens;
+  tokens.element_type = gguf::ValueType::STRING;
+  tokens.items.assign(100, gguf::Value("t"));
+  m.set("tokenizer.ggml.tokens", gguf::Value(tokens));
+  EXPECT_EQ(LlamaHparams::from_metadata(m).n_vocab, 100u);
+
+  m.set("llama.vocab_size", uint32_t{200});
+  const std::string message = error_of(m);
+  EXPECT_TRUE(contains(message, "llama.vocab_size (200) exceeds the tokenizer's vocabulary (100")) << message;
+
+  // A tokenizer larger than the model is left to the engine, which refuses it.
+  m.set("llama.vocab_size", uint32_t{50});
+  EXPECT_EQ(LlamaHparams::from_metadata(m).n_vocab, 50u);
+}
