@@ -119,10 +119,13 @@ std::string Interpreter::render() {
   out_ = &out;
   Scope* root = new_scope(context_);
   root->captured = true;
+  const TextLimit text_limit(limits_.max_output_bytes);
   try {
     exec_body(template_.body, root);
   } catch (const TemplateError&) {
     throw;
+  } catch (const LimitFailure& f) {
+    throw TemplateLimitError(f.what(), current_line_);
   } catch (const Failure& f) {
     throw TemplateRenderError(f.what(), current_line_);
   } catch (const std::bad_alloc&) {

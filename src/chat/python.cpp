@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include "chat/unicode.h"
@@ -222,6 +223,61 @@ std::string string_repr(std::string_view s) {
   return out;
 }
 
+namespace {
+
+thread_local size_t text_limit = SIZE_MAX;
+
+void check_text(const std::string& out) {
+  if (out.size() > text_limit) {
+    throw LimitFailure("the text of a value exceeds the limit of " + std::to_string(text_limit) + " bytes");
+  }
+}
+
+// Appends str(v), or repr(v), to out, checking the size after every item so
+// that text growing past the limit stops as soon as it gets there.
+void append_text(std::string& out, const Value& v, bool as_repr) {
+  switch (v.kind()) {
+    case Value::Kind::String:
+      if (as_repr) out += string_repr(v.as_string());
+      else out += v.as_string();
+      break;
+    case Value::Kind::Undefined:
+      if (as_repr) out += "Undefined";
+      break;
+    case Value::Kind::List: {
+      const List& l = v.as_list();
+      out += l.is_tuple ? "(" : "[";
+      for (size_t i = 0; i < l.items.size(); ++i) {
+        if (i > 0) out += ", ";
+        append_text(out, l.items[i], true);
+      }
+      if (l.is_tuple && l.items.size() == 1) out += ",";
+      out += l.is_tuple ? ")" : "]";
+      break;
+    }
+    case Value::Kind::Dict: {
+      out += "{";
+      bool first = true;
+      for (const auto& [key, value] : v.as_dict().items()) {
+        if (!first) out += ", ";
+        first = false;
+        append_text(out, key, true);
+        out += ": ";
+        append_text(out, value, true);
+      }
+      out += "}";
+      break;
+    }
+    default: out += str(v); break;
+  }
+  check_text(out);
+}
+
+}  // namespace
+
+TextLimit::TextLimit(size_t max_bytes) : saved_(text_limit) { text_limit = max_bytes; }
+TextLimit::~TextLimit() { text_limit = saved_; }
+
 std::string str(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return "";
@@ -230,29 +286,18 @@ std::string str(const Value& v) {
     case Value::Kind::Int: return std::to_string(v.as_int());
     case Value::Kind::Float: return float_repr(v.as_float());
     case Value::Kind::String: return v.as_string();
-    case Value::Kind::List: {
-      const List& l = v.as_list();
-      std::string out = l.is_tuple ? "(" : "[";
-      for (size_t i = 0; i < l.items.size(); ++i) {
-        if (i > 0) out += ", ";
-        out += repr(l.items[i]);
-      }
-      if (l.is_tuple && l.items.size() == 1) out += ",";
-      out += l.is_tuple ? ")" : "]";
+    case Value::Kind::List:
+    case Value::Kind::Dict: {
+      std::string out;
+      append_text(out, v, false);
       return out;
     }
-    case Value::Kind::Dict: {
-      std::string out = "{";
-      bool first = true;
-      for (const auto& [key, value] : v.as_dict().items()) {
-        if (!first) out += ", ";
-        first = false;
-        out += repr(key) + ": " + repr(value);
-      }
-      return out + "}";
-    }
     case Value::Kind::Function: return "<function " + v.as_function().name + ">";
-    case Value::Kind::Object: return v.as_object().repr();
+    case Value::Kind::Object: {
+      std::string out = v.as_object().repr();
+      check_text(out);
+      return out;
+    }
   }
   return "";
 }
@@ -446,6 +491,7 @@ void json_value(std::string& out, const Value& v, const JsonFormat& f, int depth
         if (i > 0) out += f.item_separator;
         if (f.indent) newline(depth + 1);
         json_value(out, items[i], f, depth + 1);
+        check_text(out);
       }
       if (f.indent) newline(depth);
       out.push_back(']');
@@ -471,6 +517,7 @@ void json_value(std::string& out, const Value& v, const JsonFormat& f, int depth
         json_string(out, entries[i].first, f.ensure_ascii);
         out += f.key_separator;
         json_value(out, *entries[i].second, f, depth + 1);
+        check_text(out);
       }
       if (f.indent) newline(depth);
       out.push_back('}');
@@ -486,6 +533,7 @@ void json_value(std::string& out, const Value& v, const JsonFormat& f, int depth
 std::string to_json(const Value& v, const JsonFormat& format) {
   std::string out;
   json_value(out, v, format, 0);
+  check_text(out);
   return out;
 }
 

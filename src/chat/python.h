@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,21 @@ std::string type_name(const Value& v);
 // How Jinja2 names an object in "... has no attribute" messages:
 // "None", "dict object", "str object", ...
 std::string object_description(const Value& v);
+
+// str(), repr() and to_json() fail with a LimitFailure once one result
+// passes this many bytes: a list holding another list twice, nested 40 deep,
+// would otherwise print exponentially long text. An Interpreter sets its
+// max_output_bytes for its thread while it renders; otherwise there is none.
+class TextLimit {
+ public:
+  explicit TextLimit(size_t max_bytes);
+  ~TextLimit();
+  TextLimit(const TextLimit&) = delete;
+  TextLimit& operator=(const TextLimit&) = delete;
+
+ private:
+  size_t saved_;
+};
 
 std::string str(const Value& v);   // Python str(v); Undefined gives ""
 std::string repr(const Value& v);  // Python repr(v)

@@ -24,6 +24,13 @@ class Failure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A Failure because a render bound was hit: the interpreter turns it into a
+// TemplateLimitError.
+class LimitFailure : public Failure {
+ public:
+  using Failure::Failure;
+};
+
 class Value;
 class Dict;
 class Object;

@@ -120,6 +120,29 @@ TEST(ChatLimits, FormatWidthAndPrecisionAreBounded) {
   EXPECT_EQ(render("{{ '{:08.3f}'.format(-3.14159) }}"), "-003.142");
 }
 
+// A list holding another list twice, nested deep, is small in memory but its
+// text is exponentially long: str, repr and tojson stop at the output limit.
+TEST(ChatLimits, TextOfSharedNestedListsIsBounded) {
+  const std::string build =
+      "{% set ns = namespace(a=[]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}";
+  expect_limit(build + "{{ ns.a }}");
+  expect_limit(build + "{{ ns.a | tojson }}");
+  expect_limit(build + "{{ ns.a | string | length }}");
+  expect_limit(build + "{{ ns.a | tojson(indent=2) | length }}");
+  expect_limit(build + "{{ '%s' % [ns.a] }}");
+  expect_limit(build + "{{ {'k': ns.a} }}");
+  expect_limit(build + "{{ ns }}");
+
+  RenderOptions small;
+  small.limits.max_output_bytes = 100;
+  const std::string pair = "{% set x = ['a' * 50, 'b' * 50] %}";
+  EXPECT_EQ(render(pair + "{{ x | length }}", small), "2");
+  EXPECT_THROW(render(pair + "{{ x | string | length }}", small), TemplateLimitError);
+  EXPECT_THROW(render(pair + "{{ x | tojson | length }}", small), TemplateLimitError);
+  EXPECT_EQ(render("{{ [['a', 1], {'k': (2,)}] }}|{{ [['a', 1], {'k': (2,)}] | tojson }}", small),
+            "[['a', 1], {'k': (2,)}]|[[\"a\", 1], {\"k\": [2]}]");
+}
+
 TEST(ChatLimits, DeepNestingIsASyntaxErrorNotACrash) {
   const std::string parens = std::string(5000, '(') + "1" + std::string(5000, ')');
   EXPECT_THROW(ChatTemplate("{{ " + parens + " }}"), m40::chat::TemplateSyntaxError);
