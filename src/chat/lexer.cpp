@@ -93,16 +93,30 @@ class Lexer {
     throw TemplateSyntaxError(message, t.line, t.column);
   }
 
+  // Sets t's line and column (in code points, from 1) for the byte at pos.
+  // Tokens come in source order, so the column is counted on from the last
+  // position located when pos is further along the same line: counting from
+  // the line start each time was quadratic on a long one-line template.
+  // (Token positions are code-point boundaries, so the counts add up.)
   void locate(Token& t, size_t pos) const {
-    size_t lo = 0, hi = line_starts_.size();
-    while (hi - lo > 1) {
-      const size_t mid = (lo + hi) / 2;
-      if (line_starts_[mid] <= pos) lo = mid;
-      else hi = mid;
+    const bool same_line = pos >= cursor_pos_ && (cursor_line_ + 1 >= line_starts_.size() ||
+                                                  pos < line_starts_[cursor_line_ + 1]);
+    if (same_line) {
+      cursor_column_ += unicode::length(std::string_view(src_).substr(cursor_pos_, pos - cursor_pos_));
+    } else {
+      size_t lo = 0, hi = line_starts_.size();
+      while (hi - lo > 1) {
+        const size_t mid = (lo + hi) / 2;
+        if (line_starts_[mid] <= pos) lo = mid;
+        else hi = mid;
+      }
+      const size_t start = line_starts_[lo];
+      cursor_line_ = lo;
+      cursor_column_ = unicode::length(std::string_view(src_).substr(start, pos - start)) + 1;
     }
-    t.line = static_cast<int>(lo) + 1;
-    const size_t start = line_starts_[lo];
-    t.column = static_cast<int>(unicode::length(std::string_view(src_).substr(start, pos - start))) + 1;
+    cursor_pos_ = pos;
+    t.line = static_cast<int>(cursor_line_) + 1;
+    t.column = static_cast<int>(cursor_column_);
   }
 
   void emit(TokenType type, size_t pos, std::string text) {
@@ -489,6 +503,10 @@ class Lexer {
   LexOptions options_;
   std::vector<size_t> line_starts_;
   std::vector<Token> tokens_;
+  // The last position located, its line (from 0) and column (from 1).
+  mutable size_t cursor_pos_ = 0;
+  mutable size_t cursor_line_ = 0;
+  mutable size_t cursor_column_ = 1;
 };
 
 }  // namespace

@@ -298,6 +298,26 @@ TEST(ChatJinjaErrors, SyntaxErrorsGiveLineAndColumn) {
   }
 }
 
+// Columns count code points from the line start, also far along a long line
+// with many tokens and non-ASCII text before the error, and on later lines.
+TEST(ChatJinjaErrors, ColumnsAreRightAlongLongLinesAndAfterThem) {
+  auto where = [](const std::string& source) {
+    try {
+      ChatTemplate{source};
+    } catch (const m40::chat::TemplateSyntaxError& e) {
+      return std::to_string(e.line()) + ":" + std::to_string(e.column());
+    }
+    return std::string("no error");
+  };
+  std::string prefix;
+  for (int i = 0; i < 1000; ++i) prefix += "{{ 'ü' ~ x[1:2] }}é";  // 19 code points, 21 bytes
+  EXPECT_EQ(where(prefix + "{{ 1 + }}"), "1:" + std::to_string(19 * 1000 + 8));
+  EXPECT_EQ(where(prefix + "\nab{{ 'é' ~ ü ~ }}"), "2:16");
+  EXPECT_EQ(where(prefix + "\n" + prefix + "{{ ) }}"), "2:" + std::to_string(19 * 1000 + 4));
+  EXPECT_EQ(where("é{{ 'x\ny' ~ a.\n }}"), "3:2");
+  EXPECT_EQ(where("{{ [1, 2 }}"), "1:10");
+}
+
 TEST(ChatJinjaErrors, UnclosedBlockNamesWhereItOpened) {
   try {
     ChatTemplate("a\n{% for m in messages %}\nx");
