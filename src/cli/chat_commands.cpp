@@ -1,7 +1,9 @@
 #include "cli/chat_commands.h"
 
 #include <cstdio>
+#include <limits>
 #include <sstream>
+#include <stdexcept>
 
 #include "gguf/file.h"
 #include "engine/sampler.h"
@@ -45,17 +47,36 @@ bool parse_float(const std::string& text, float& out) {
   }
 }
 
-bool parse_int(const std::string& text, int64_t& out) {
+enum class IntParse { Ok, NotAnInteger, OutOfRange };
+
+IntParse parse_int(const std::string& text, int64_t& out) {
   try {
     size_t used = 0;
     const long long v = std::stoll(text, &used);
-    if (used != text.size()) return false;
+    if (used != text.size()) return IntParse::NotAnInteger;
     out = v;
-    return true;
+    return IntParse::Ok;
+  } catch (const std::out_of_range&) {
+    return IntParse::OutOfRange;
   } catch (const std::exception&) {
-    return false;
+    return IntParse::NotAnInteger;
   }
 }
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
+
+// An integer parameter's values. Past `high` it is `high` when `clamp_high`
+// says that means the same (as the server does: top_k and num_predict past
+// int32 are clamped); otherwise a value outside [low, high] is refused.
+struct IntRange {
+  int64_t low;
+  int64_t high;
+  bool clamp_high;
+  bool negative_is_minus_one = false;  // num_predict: any negative value is -1
+};
 
 std::string format_float(float v) {
   char buf[32];
@@ -167,24 +188,60 @@ std::string ChatCommands::set_parameter(const std::string& name, const std::vect
     target = f;
     return "";
   };
-  const auto set_int = [&](auto& target) -> std::string {
+  std::string note;    // why the value stored is not the one typed
+  std::string stored;  // the value stored, where the note says why it differs
+  const auto set_int = [&](auto& target, IntRange range) -> std::string {
+    using Target = std::remove_reference_t<decltype(target)>;
+    static_assert(std::numeric_limits<Target>::min() <= 0);
+    const std::string allowed = std::to_string(range.low) + ".." + std::to_string(range.high);
     int64_t i = 0;
-    if (!parse_int(v, i)) return "Couldn't set parameter: '" + v + "' is not an integer for " + name + "\n";
-    target = static_cast<std::remove_reference_t<decltype(target)>>(i);
+    switch (parse_int(v, i)) {
+      case IntParse::Ok:
+        break;
+      case IntParse::NotAnInteger:
+        return "Couldn't set parameter: '" + v + "' is not an integer for " + name + "\n";
+      case IntParse::OutOfRange:
+        // Past int64: as far past the range as any value can be.
+        if (v.find('-') == std::string::npos && range.clamp_high) {
+          i = kInt64Max;
+          break;
+        }
+        if (v.find('-') != std::string::npos && range.negative_is_minus_one) {
+          i = -2;  // any negative value: -1, said so below
+          break;
+        }
+        return "Couldn't set parameter: '" + v + "' is out of range for " + name + " (" + allowed + ")\n";
+    }
+    if (range.negative_is_minus_one && i < 0) {
+      if (i != -1) note = " (any negative value means no limit)";
+      i = -1;
+    }
+    if (i > range.high && range.clamp_high) {
+      note = " (the largest it takes; " + v + " is past it)";
+      i = range.high;
+    }
+    if (i < range.low || i > range.high) {
+      return "Couldn't set parameter: '" + v + "' is out of range for " + name + " (" + allowed + ")\n";
+    }
+    target = static_cast<Target>(i);
+    stored = std::to_string(i);
     return "";
   };
   std::string error;
   const auto old = settings_;
   if (name == "temperature") error = set_float(sp.temperature);
-  else if (name == "top_k") error = set_int(sp.top_k);
+  // top_k: 0 or less is off; past int32 (past any vocabulary) is no limit.
+  else if (name == "top_k") error = set_int(sp.top_k, {kInt32Min, kInt32Max, true});
   else if (name == "top_p") error = set_float(sp.top_p);
   else if (name == "min_p") error = set_float(sp.min_p);
   else if (name == "repeat_penalty") error = set_float(sp.repeat_penalty);
-  else if (name == "repeat_last_n") error = set_int(sp.penalty_last_n);
+  // repeat_last_n: -1 every token, 0 off; a window past int32 is past any context.
+  else if (name == "repeat_last_n") error = set_int(sp.penalty_last_n, {-1, kInt32Max, true});
   else if (name == "presence_penalty") error = set_float(sp.presence_penalty);
   else if (name == "frequency_penalty") error = set_float(sp.frequency_penalty);
-  else if (name == "seed") error = set_int(settings_.seed);
-  else if (name == "num_predict") error = set_int(settings_.generation.max_tokens);
+  else if (name == "seed") error = set_int(settings_.seed, {kInt64Min, kInt64Max, false});
+  // num_predict: past int32 the context ends the answer first, as on the server.
+  else if (name == "num_predict") error = set_int(settings_.generation.max_tokens, {-1, kInt32Max, true, true});
   else if (name == "stop") settings_.generation.stop = values;
   else return "Couldn't set parameter: unknown parameter '" + name + "' (/set parameter lists them)\n";
   if (!error.empty()) return error;
@@ -195,10 +252,13 @@ std::string ChatCommands::set_parameter(const std::string& name, const std::vect
     settings_ = old;
     return std::string("Couldn't set parameter: ") + e.what() + "\n";
   }
-  if (name == "num_predict" && settings_.generation.max_tokens < 0) settings_.generation.max_tokens = -1;
   std::string shown;
-  for (const auto& value : values) shown += (shown.empty() ? "" : ", ") + value;
-  return "Set parameter '" + name + "' to '" + shown + "'\n";
+  if (!note.empty()) {
+    shown = stored;  // what was set, not what was typed
+  } else {
+    for (const auto& value : values) shown += (shown.empty() ? "" : ", ") + value;
+  }
+  return "Set parameter '" + name + "' to '" + shown + "'" + note + "\n";
 }
 
 std::string ChatCommands::parameters_text() const {

@@ -67,17 +67,30 @@ TurnResult ChatSession::send(const std::string& user_message, const engine::Gene
   messages.push_back({{"role", "user"}, {"content", user_message}});
   const std::vector<int32_t> prompt = render_prompt(messages);
   const int n_ctx = backend_.n_ctx();
-  TurnResult result;
-  result.prompt_tokens = static_cast<int>(prompt.size());
   if (prompt.empty()) throw Error("the chat template rendered an empty prompt");
-  if (result.prompt_tokens >= n_ctx) {
+  if (prompt.size() >= static_cast<size_t>(n_ctx)) {
     throw ContextOverflow("the conversation is " + std::to_string(prompt.size()) + " tokens, more than the context of " +
                           std::to_string(n_ctx) + " holds with room for an answer: /clear to start over" +
                           (messages_.empty() ? " (or raise --ctx)" : ""));
   }
   for (int32_t t : prompt) vocab_.check_id(t);
   messages_ = std::move(messages);
+  try {
+    return answer(prompt, options, on_text, cancel);
+  } catch (...) {
+    // A turn that fails leaves the conversation as it was before it; the
+    // cache stays valid for the prefix it still records (prefill() and the
+    // loop clear it where a failed step left it unknown).
+    messages_.erase(messages_.size() - 1);
+    throw;
+  }
+}
 
+TurnResult ChatSession::answer(const std::vector<int32_t>& prompt, const engine::GenerationOptions& options,
+                               const std::function<void(std::string_view)>& on_text, const std::atomic<bool>& cancel) {
+  const int n_ctx = backend_.n_ctx();
+  TurnResult result;
+  result.prompt_tokens = static_cast<int>(prompt.size());
   engine::Sampler sampler(options.sampler, backend_.n_vocab());
   for (int32_t t : prompt) sampler.accept(t);
   std::vector<float> logits(static_cast<size_t>(backend_.n_vocab()));

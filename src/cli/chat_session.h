@@ -47,7 +47,9 @@ class ChatSession {
   // Adds the user's message, answers it streaming through `on_text`, and
   // keeps both. `cancel` is polled between steps; a cancelled answer is kept
   // as far as it got (as Ollama does). Throws ContextOverflow, leaving the
-  // conversation as it was, when the rendered conversation does not fit.
+  // conversation as it was, when the rendered conversation does not fit;
+  // any other failure (the template raising, the backend failing, a token
+  // out of range) also leaves the conversation as it was before the turn.
   TurnResult send(const std::string& user_message, const engine::GenerationOptions& options,
                   const std::function<void(std::string_view)>& on_text, const std::atomic<bool>& cancel);
 
@@ -69,6 +71,10 @@ class ChatSession {
   const chat::ModelChatTemplate& chat_template() const { return template_; }
 
  private:
+  // Prefills `prompt` (the conversation with the new user message, already
+  // in messages_) and generates the answer, adding it to messages_.
+  TurnResult answer(const std::vector<int32_t>& prompt, const engine::GenerationOptions& options,
+                    const std::function<void(std::string_view)>& on_text, const std::atomic<bool>& cancel);
   // Runs `prompt` from the longest prefix already cached; leaves the logits
   // of its last token. False when cancelled before the end.
   bool prefill(const std::vector<int32_t>& prompt, int batch_size, std::vector<float>& logits,

@@ -64,16 +64,22 @@ std::string trim(const std::string& s) {
 void answer(ChatSession& session, const ChatSettings& settings, const std::string& message, double load_seconds) {
   const auto start = std::chrono::steady_clock::now();
   TurnResult r;
+  bool streamed = false;
   {
     AnswerInterruptible interruptible;
     try {
       r = session.send(message, settings.options(),
-                       [](std::string_view text) {
+                       [&streamed](std::string_view text) {
+                         streamed = true;
                          std::fwrite(text.data(), 1, text.size(), stdout);
                          std::fflush(stdout);
                        },
                        g_stop_answer);
-    } catch (const ContextOverflow& e) {
+    } catch (const Error& e) {
+      // One turn failed (the context overflowed, the template raised, the
+      // backend failed): the session dropped the turn, and the chat goes on.
+      if (streamed) std::fputs("\n\n", stdout);
+      std::fflush(stdout);
       std::fprintf(stderr, "Error: %s\n\n", e.what());
       return;
     }

@@ -2,7 +2,10 @@
 // cached prefix answers exactly as one that prefills everything.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <span>
+#include <vector>
 
 #include "cli/chat_session.h"
 #include "engine/backend_factory.h"
@@ -33,7 +36,75 @@ m40::engine::GenerationOptions greedy(int max_tokens) {
   return o;
 }
 
+// The real backend, made to fail on demand: forward() throws, or the model
+// picks a token one past the vocabulary (the backend claims one logit more
+// than the vocabulary has tokens, kept at -1e9 unless the fault asks).
+class FaultyBackend : public m40::backend::Backend {
+ public:
+  enum class Fault { None, ForwardThrows, TokenOutOfRange };
+  explicit FaultyBackend(m40::backend::Backend& inner) : inner_(inner) {}
+
+  std::string name() const override { return inner_.name(); }
+  int n_ctx() const override { return inner_.n_ctx(); }
+  int n_seq_max() const override { return inner_.n_seq_max(); }
+  int n_vocab() const override { return inner_.n_vocab() + 1; }
+  void forward(const m40::backend::Batch& batch, std::span<float> logits) override {
+    if (fault == Fault::ForwardThrows) throw m40::Error("the device is gone");
+    const size_t n = static_cast<size_t>(inner_.n_vocab());
+    const size_t rows = logits.size() / (n + 1);
+    std::vector<float> inner_logits(rows * n);
+    inner_.forward(batch, inner_logits);
+    for (size_t r = 0; r < rows; ++r) {
+      std::copy_n(inner_logits.begin() + static_cast<std::ptrdiff_t>(r * n), n, logits.begin() + r * (n + 1));
+      logits[r * (n + 1) + n] = fault == Fault::TokenOutOfRange ? 1e9f : -1e9f;
+    }
+  }
+
+  Fault fault = Fault::None;
+
+ private:
+  m40::backend::Backend& inner_;
+};
+
 }  // namespace
+
+// A turn that fails after the user message was taken in (the backend
+// failing in the prefill, a sampled token out of range while answering)
+// leaves the conversation as it was: the next turn answers exactly as in a
+// conversation that never had the failed turns.
+TEST(ChatSession, AFailedTurnLeavesTheConversationAsItWas) {
+  const auto path = m40::test::shared_model("TinyStories-656K-Q8_0.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared models missing";
+  Chat chat(path.string());
+  FaultyBackend faulty(*chat.backend);
+  const std::atomic<bool> never{false};
+  const auto ignore = [](std::string_view) {};
+
+  m40::cli::ChatSession session(faulty, chat.vocab, m40::chat::model_chat_template(chat.model->file));
+  const auto first = session.send("The dog", greedy(8), ignore, never);
+  const auto before = session.messages();
+  ASSERT_EQ(before.size(), 2u);
+
+  faulty.fault = FaultyBackend::Fault::ForwardThrows;
+  EXPECT_THROW(session.send("The cat", greedy(8), ignore, never), m40::Error);
+  EXPECT_EQ(session.messages(), before);
+  faulty.fault = FaultyBackend::Fault::TokenOutOfRange;
+  EXPECT_THROW(session.send("The cat", greedy(8), ignore, never), m40::Error);
+  EXPECT_EQ(session.messages(), before);
+
+  faulty.fault = FaultyBackend::Fault::None;
+  const auto after = session.send("The bird", greedy(8), ignore, never);
+  EXPECT_EQ(session.messages().size(), 4u);
+  EXPECT_EQ(session.messages()[2]["content"], "The bird");
+
+  m40::cli::ChatSession fresh(faulty, chat.vocab, m40::chat::model_chat_template(chat.model->file));
+  fresh.forget_cache();
+  EXPECT_EQ(fresh.send("The dog", greedy(8), ignore, never).answer, first.answer);
+  fresh.forget_cache();  // the backend's cache holds the other session's tokens
+  const auto expected = fresh.send("The bird", greedy(8), ignore, never);
+  EXPECT_EQ(after.prompt_tokens, expected.prompt_tokens);
+  EXPECT_EQ(after.answer, expected.answer);
+}
 
 TEST(ChatSession, ACachedPrefixGivesTheSameAnswerAsAFullPrefill) {
   const auto path = m40::test::shared_model("TinyStories-656K-Q8_0.gguf");

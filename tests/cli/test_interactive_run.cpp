@@ -7,6 +7,8 @@
 #include <regex>
 
 #include "binary_runner.h"
+#include "gguf/file.h"
+#include "gguf/writer.h"
 #include "pty_session.h"
 
 namespace {
@@ -238,4 +240,90 @@ TEST(PipedRun, ReadsMessagesLineByLine) {
   const auto expected = run_binary({"run", model_path(), "Once upon a time", "--cpu", "--temp", "0", "-n", "20"});
   EXPECT_EQ(r.out, "Set parameter 'temperature' to '0'\nSet parameter 'num_predict' to '20'\n" +
                        expected.out.substr(0, expected.out.size() - 1) + "\n\n");
+}
+
+namespace {
+
+// TinyStories with another chat template: the same weights, the metadata's
+// tokenizer.chat_template replaced (as a model that ships that template).
+fs::path model_with_template(const fs::path& template_file, const fs::path& out) {
+  const auto source = m40::gguf::File::open(model_path());
+  m40::gguf::Writer w(source.alignment());
+  for (const auto& [key, value] : source.metadata().entries()) w.metadata().set(key, value);
+  std::ifstream in(template_file);
+  w.metadata().set("tokenizer.chat_template", std::string(std::istreambuf_iterator<char>(in), {}));
+  for (const auto& t : source.tensors()) w.add_tensor(t.name, t.type, t.dims, source.tensor_data(t));
+  w.write(out.string());
+  return out;
+}
+
+std::string piped_chat(const fs::path& model, const std::string& input, m40::test::BinaryResult& r) {
+  const fs::path in = fs::path(::testing::TempDir()) / ("m40_chat_in_" + std::to_string(::getpid()));
+  std::ofstream(in) << input;
+  r = run_binary({"run", model.string(), "--cpu", "--threads", "1"}, in.string());
+  fs::remove(in);
+  return r.out;
+}
+
+}  // namespace
+
+// A turn that fails (here gemma-2's template refuses a system message) is
+// reported and dropped; the chat goes on, and the next turn renders the
+// conversation without it (gemma-2's template would refuse two user turns
+// in a row, so "third" is answered only if "hello again" was dropped).
+TEST(PipedRun, AFailedTurnIsDroppedAndTheChatGoesOn) {
+  const fs::path tpl = m40::test::shared_dir() / "templates" / "google-gemma-2-2b-it.jinja";
+  if (!fs::exists(model_path()) || !fs::exists(tpl)) GTEST_SKIP() << "shared models or templates missing";
+  const fs::path model = model_with_template(
+      tpl, fs::path(::testing::TempDir()) / ("m40_gemma_tpl_" + std::to_string(::getpid()) + ".gguf"));
+  m40::test::BinaryResult r;
+  piped_chat(model,
+             "/set parameter temperature 0\n/set parameter num_predict 4\nhello\n/set system be nice\n"
+             "hello again\n/set system\nthird\n/bye\n",
+             r);
+  fs::remove(model);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "Error: System role not supported\n\n");
+  // Both answers are there, each followed by the blank line of a finished answer.
+  const size_t cleared = r.out.find("Cleared system message.\n");
+  ASSERT_NE(cleared, npos) << r.out;
+  EXPECT_NE(r.out.find("\n\n", cleared + 24), npos) << "no answer to 'third' in: " << r.out;
+}
+
+// Integer parameters are not wrapped into their type: past int32, top_k (no
+// limit), repeat_last_n (past any context) and num_predict (until the
+// context is full) are int32's largest, as on the server, and the message
+// says what was set; a value outside what a parameter takes is refused
+// with its range, and leaves the parameter as it was.
+TEST(PipedRun, IntegerParametersAreNotWrapped) {
+  if (!fs::exists(model_path())) GTEST_SKIP() << "shared models missing";
+  m40::test::BinaryResult r;
+  piped_chat(model_path(),
+             "/set parameter top_k 4294967297\n/set parameter num_predict 4294967296\n"
+             "/set parameter repeat_last_n 99999999999999999999999\n/set parameter num_predict -5\n"
+             "/set parameter top_k -99999999999\n/set parameter repeat_last_n -2\n"
+             "/set parameter seed 99999999999999999999\n/show parameters\n",
+             r);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "Set parameter 'top_k' to '2147483647' (the largest it takes; 4294967297 is past it)\n"
+            "Set parameter 'num_predict' to '2147483647' (the largest it takes; 4294967296 is past it)\n"
+            "Set parameter 'repeat_last_n' to '2147483647' (the largest it takes; 99999999999999999999999 is past it)\n"
+            "Set parameter 'num_predict' to '-1' (any negative value means no limit)\n"
+            "Couldn't set parameter: '-99999999999' is out of range for top_k (-2147483648..2147483647)\n"
+            "Couldn't set parameter: '-2' is out of range for repeat_last_n (-1..2147483647)\n"
+            "Couldn't set parameter: '99999999999999999999' is out of range for seed "
+            "(-9223372036854775808..9223372036854775807)\n"
+            "Parameters:\n"
+            "  temperature         0.8\n"
+            "  top_k               2147483647\n"
+            "  top_p               0.95\n"
+            "  min_p               0.05\n"
+            "  repeat_penalty      1.1\n"
+            "  repeat_last_n       2147483647\n"
+            "  presence_penalty    0\n"
+            "  frequency_penalty   0\n"
+            "  seed                -1\n"
+            "  num_predict         -1\n"
+            "  stop                (none)\n");
 }
