@@ -144,20 +144,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // If-Range needs a strong ETag; a weak one never matches, so the date is
 // the fallback. Empty: nothing the server could check a resume against.
 std::string if_range_value(const PartialRecord& r) {
@@ -384,17 +370,25 @@ std::string http_get_text(const std::string& url, const std::map<std::string, st
   return body;
 }
 
-DownloadResult download_file(const DownloadRequest& request) {
-  FileDescriptor fd(::open(request.partial.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (fd.get() < 0) throw DiskError("cannot create " + request.partial.string() + ": " + std::strerror(errno), errno);
-  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    throw BusyError("another pull is already writing " + request.partial.string() + "; wait for it to finish");
+LockedPartial::LockedPartial(const std::filesystem::path& path)
+    : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+  if (fd_ < 0) throw DiskError("cannot create " + path.string() + ": " + std::strerror(errno), errno);
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_);
+    throw BusyError("another pull is already writing " + path.string() + "; wait for it to finish");
   }
+}
+
+LockedPartial::~LockedPartial() { ::close(fd_); }
+
+DownloadResult download_file(const DownloadRequest& request) {
+  const LockedPartial partial(request.partial);
+  const int fd = partial.fd();
 
   Sha256 hash;
   Transfer t;
   t.request = &request;
-  t.fd = fd.get();
+  t.fd = fd;
   t.hash = &hash;
   // What an earlier, interrupted pull left is kept and hashed: the download
   // resumes after it, but only when the record beside it says it is the
@@ -404,7 +398,7 @@ DownloadResult download_file(const DownloadRequest& request) {
   const bool resumable = record && record->url == request.url && !if_range_value(*record).empty();
   if (resumable) t.record = *record;
   t.offset = hash_file_into(hash, request.partial);
-  if (::lseek(fd.get(), static_cast<off_t>(t.offset), SEEK_SET) < 0) {
+  if (::lseek(fd, static_cast<off_t>(t.offset), SEEK_SET) < 0) {
     throw DiskError("cannot seek in " + request.partial.string() + ": " + std::strerror(errno), errno);
   }
   const bool too_long = (request.expected_size && t.offset > *request.expected_size) ||
@@ -485,7 +479,7 @@ DownloadResult download_file(const DownloadRequest& request) {
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(request.retry_delay_s * attempt));
   }
-  if (::fsync(fd.get()) != 0 && errno != EINVAL) {
+  if (::fsync(fd) != 0 && errno != EINVAL) {
     throw DiskError("cannot write " + request.partial.string() + ": " + std::strerror(errno), errno);
   }
   result.size = t.offset;

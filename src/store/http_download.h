@@ -46,6 +46,24 @@ class BusyError : public Error {
   using Error::Error;
 };
 
+// A partial file opened for writing under the lock that keeps two pulls of
+// the same model apart, a download and a local copy alike (flock, released
+// when this closes the file). Nothing is truncated or written before it is
+// held.
+class LockedPartial {
+ public:
+  // Creates the file when missing; throws BusyError when another pull holds
+  // the lock, DiskError when the file cannot be opened.
+  explicit LockedPartial(const std::filesystem::path& path);
+  ~LockedPartial();
+  LockedPartial(const LockedPartial&) = delete;
+  LockedPartial& operator=(const LockedPartial&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 // The user stopped the pull (Ctrl-C, SIGTERM); what arrived is kept.
 class InterruptedError : public Error {
  public:

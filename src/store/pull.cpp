@@ -1,5 +1,7 @@
 #include "store/pull.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -99,14 +101,31 @@ void remove_partial(const fs::path& partial) {
   remove_file(partial_record_path(partial));
 }
 
-// Copies a local file into the partial file, hashing as it goes.
+// Writes all of `data` to `fd`; false with errno set when the disk refuses.
+bool write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Copies a local file into the partial file, hashing as it goes. It holds the
+// partial file's lock, as a download does, before truncating it: a download
+// of the same name in flight makes this a BusyError and keeps its bytes.
 std::string copy_with_hash(const fs::path& from, const fs::path& to,
                            const std::function<void(uint64_t, std::optional<uint64_t>)>& report,
                            const std::function<bool()>& interrupted) {
   std::ifstream in(from, std::ios::binary);
   if (!in) throw Error("cannot read " + from.string() + ": " + std::strerror(errno));
-  std::ofstream out(to, std::ios::binary | std::ios::trunc);
-  if (!out) throw DiskError("cannot create " + to.string() + ": " + std::strerror(errno), errno);
+  const LockedPartial out(to);
+  if (::ftruncate(out.fd(), 0) != 0) throw DiskError("cannot truncate " + to.string() + ": " + std::strerror(errno), errno);
   std::error_code ec;
   const uint64_t total = fs::file_size(from, ec);
   Sha256 hash;
@@ -117,16 +136,14 @@ std::string copy_with_hash(const fs::path& from, const fs::path& to,
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     const auto got = static_cast<size_t>(in.gcount());
     if (got == 0) break;
-    errno = 0;
-    out.write(buffer.data(), static_cast<std::streamsize>(got));
-    if (!out) throw DiskError("cannot write " + to.string() + ": " + std::strerror(errno != 0 ? errno : EIO), errno != 0 ? errno : EIO);
+    if (!write_all(out.fd(), buffer.data(), got)) {
+      throw DiskError("cannot write " + to.string() + ": " + std::strerror(errno), errno);
+    }
     hash.update(buffer.data(), got);
     done += got;
     report(done, total);
   }
   if (in.bad()) throw Error("cannot read " + from.string());
-  out.flush();
-  if (!out) throw DiskError("cannot write " + to.string() + ": " + std::strerror(errno != 0 ? errno : EIO), errno != 0 ? errno : EIO);
   return hash.hex_digest();
 }
 

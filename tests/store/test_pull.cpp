@@ -511,6 +511,31 @@ TEST_F(Pull, ASecondPullOfTheSameModelLeavesTheFirstOneAlone) {
   EXPECT_EQ(stored("hf.co/test/tinystories", "Q8_0"), shared_bytes(kQ8));
 }
 
+// A local-file pull of a name that a download is writing: both take the
+// partial file's lock, so the copy is refused and does not truncate the
+// download's bytes, and the download then finishes with its own file.
+TEST_F(Pull, ALocalFilePullLeavesADownloadOfTheSameNameAlone) {
+  hub.add_file("files/q8.gguf", m40::test::shared_model(kQ8)).stall_at_half = true;
+  const fs::path partial = model_dir("tiny", "latest") / "model.gguf.partial";
+  BackgroundPull download({"pull", hub.endpoint() + "/files/q8.gguf", "--name", "tiny"});
+  ASSERT_TRUE(wait_for_size(partial, 374864)) << "the download never got halfway";
+
+  const BinaryResult copy = run_binary({"pull", m40::test::shared_model(kQ2).string(), "--name", "tiny"});
+  EXPECT_EQ(copy.exit_code, 1);
+  EXPECT_NE(copy.err.find("another pull is already writing " + partial.string()), std::string::npos) << copy.err;
+  std::error_code ec;
+  EXPECT_EQ(fs::file_size(partial, ec), 374864u) << ec.message();
+  if (!ec) {
+    EXPECT_TRUE(m40::test::read_text_file(partial) == shared_bytes(kQ8).substr(0, 374864)) << "the download's bytes changed";
+  }
+  EXPECT_FALSE(fs::exists(model_dir("tiny", "latest") / "model.gguf"));
+
+  hub.release_stalls();
+  const BinaryResult r = download.wait();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(stored("tiny", "latest"), shared_bytes(kQ8));
+}
+
 // Ctrl-C (SIGINT) or SIGTERM during a download: one line saying what was
 // kept and what to do, exit status 130, no model, and a resume next time
 // (even while the server sends nothing, the pull notices the signal).
