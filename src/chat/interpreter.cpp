@@ -120,6 +120,7 @@ std::string Interpreter::render() {
   Scope* root = new_scope(context_);
   root->captured = true;
   const TextLimit text_limit(limits_.max_output_bytes);
+  const CompareLimit compare_limit(limits_.max_steps);
   try {
     exec_body(template_.body, root);
   } catch (const TemplateError&) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <unordered_set>
 
 #include "chat/unicode.h"
 
@@ -116,13 +117,21 @@ std::string object_description(const Value& v) {
   throw Failure(hint.empty() ? "undefined value" : hint);
 }
 
-void check_hashable(const Value& key) {
+namespace {
+// Each tuple once: a tuple holding another twice, nested deep, is shared.
+void check_hashable_at(const Value& key, std::unordered_set<const List*>& checked) {
   if ((key.is_list() && !key.as_list().is_tuple) || key.is_dict() || key.is_object()) {
     throw Failure("unhashable type: '" + type_name(key) + "'");
   }
-  if (key.is_tuple()) {
-    for (const auto& item : key.as_list().items) check_hashable(item);
+  if (key.is_tuple() && checked.insert(&key.as_list()).second) {
+    for (const auto& item : key.as_list().items) check_hashable_at(item, checked);
   }
+}
+}  // namespace
+
+void check_hashable(const Value& key) {
+  std::unordered_set<const List*> checked;
+  check_hashable_at(key, checked);
 }
 
 // ------------------------------------------------------------------ printing
@@ -310,7 +319,27 @@ std::string repr(const Value& v) {
 
 // ------------------------------------------------------------------ comparing
 
-bool equal(const Value& a, const Value& b) {
+namespace {
+
+thread_local uint64_t compare_limit = UINT64_MAX;
+thread_local uint64_t compare_visits = 0;
+
+void count_compare_visit() {
+  if (++compare_visits > compare_limit) {
+    throw LimitFailure("comparing values exceeded the budget of " + std::to_string(compare_limit) +
+                       " list and dict visits (are they lists nested in themselves many times?)");
+  }
+}
+
+// Pairs of lists or dicts (a's, b's) already found equal.
+struct PairHash {
+  size_t operator()(const std::pair<const void*, const void*>& p) const {
+    return std::hash<const void*>()(p.first) * 31 + std::hash<const void*>()(p.second);
+  }
+};
+using EqualPairs = std::unordered_set<std::pair<const void*, const void*>, PairHash>;
+
+bool equal_at(const Value& a, const Value& b, EqualPairs& known) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
     return a.as_integral() == b.as_integral();
@@ -326,20 +355,24 @@ bool equal(const Value& a, const Value& b) {
       const List& la = a.as_list();
       const List& lb = b.as_list();
       if (la.is_tuple != lb.is_tuple || la.items.size() != lb.items.size()) return false;
-      if (&la == &lb) return true;
+      if (&la == &lb || known.contains({&la, &lb})) return true;
+      count_compare_visit();
       for (size_t i = 0; i < la.items.size(); ++i)
-        if (!equal(la.items[i], lb.items[i])) return false;
+        if (!equal_at(la.items[i], lb.items[i], known)) return false;
+      known.insert({&la, &lb});
       return true;
     }
     case Value::Kind::Dict: {
       const Dict& da = a.as_dict();
       const Dict& db = b.as_dict();
       if (da.size() != db.size()) return false;
-      if (&da == &db) return true;
+      if (&da == &db || known.contains({&da, &db})) return true;
+      count_compare_visit();
       for (const auto& [key, value] : da.items()) {
         const Value* other = db.find(key);
-        if (other == nullptr || !equal(value, *other)) return false;
+        if (other == nullptr || !equal_at(value, *other, known)) return false;
       }
+      known.insert({&da, &db});
       return true;
     }
     case Value::Kind::Function:
@@ -349,6 +382,22 @@ bool equal(const Value& a, const Value& b) {
     default:
       return false;
   }
+}
+
+}  // namespace
+
+CompareLimit::CompareLimit(uint64_t max_visits) : saved_limit_(compare_limit), saved_visits_(compare_visits) {
+  compare_limit = max_visits;
+  compare_visits = 0;
+}
+CompareLimit::~CompareLimit() {
+  compare_limit = saved_limit_;
+  compare_visits = saved_visits_;
+}
+
+bool equal(const Value& a, const Value& b) {
+  EqualPairs known;
+  return equal_at(a, b, known);
 }
 
 bool less(const Value& a, const Value& b, std::string_view op) {

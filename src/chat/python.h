@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,24 @@ std::string str(const Value& v);   // Python str(v); Undefined gives ""
 std::string repr(const Value& v);  // Python repr(v)
 std::string float_repr(double d);  // Python repr(float)
 std::string string_repr(std::string_view s);
+
+// ==, <, `in` and dict keys compare lists and dicts item by item. Lists are
+// shared, so a list holding another twice, nested 40 deep, has 2^40 items to
+// visit: equal() remembers the pairs it has found equal, and every list or
+// dict it visits counts against this many visits in all; past them it fails
+// with a LimitFailure. An Interpreter sets its max_steps for its thread while
+// it renders; otherwise there is none.
+class CompareLimit {
+ public:
+  explicit CompareLimit(uint64_t max_visits);
+  ~CompareLimit();
+  CompareLimit(const CompareLimit&) = delete;
+  CompareLimit& operator=(const CompareLimit&) = delete;
+
+ private:
+  uint64_t saved_limit_;
+  uint64_t saved_visits_;
+};
 
 // Python ==, with 1 == 1.0 == True and deep list/dict comparison.
 bool equal(const Value& a, const Value& b);

@@ -143,6 +143,46 @@ TEST(ChatLimits, TextOfSharedNestedListsIsBounded) {
             "[['a', 1], {'k': (2,)}]|[[\"a\", 1], {\"k\": [2]}]");
 }
 
+// Two lists built apart, each holding its previous self twice, 40 deep: item
+// by item they are 2^40 pairs, but each distinct pair is compared once.
+TEST(ChatLimits, ComparingSharedNestedListsIsFast) {
+  const std::string lists =
+      "{% set ns = namespace(a=[], b=[]) %}{% for i in range(40) %}"
+      "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}";
+  EXPECT_EQ(render(lists + "{{ ns.a == ns.b }}|{{ ns.a != ns.b }}|{{ ns.a is eq ns.b }}"), "True|False|True");
+  EXPECT_EQ(render(lists + "{{ ns.a in [ns.b] }}|{{ [1, ns.a].index(ns.b) }}|{{ [ns.a, ns.b].count(ns.a) }}"),
+            "True|1|2");
+  EXPECT_EQ(render(lists + "{{ ns.a < ns.b }}|{{ ns.a <= ns.b }}|{{ [ns.a, ns.b] | sort | length }}"),
+            "False|True|2");
+  EXPECT_EQ(render(lists + "{{ [ns.a, ns.b] | max | length }}|{{ ns.a | length }}|{{ ns.a | list | length }}"),
+            "2|2|2");
+  // Differing only in the deepest item: found at the first leaf compared.
+  const std::string differing =
+      "{% set ns = namespace(a=[1], b=[2]) %}{% for i in range(40) %}"
+      "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}";
+  EXPECT_EQ(render(differing + "{{ ns.a == ns.b }}|{{ ns.a < ns.b }}|{{ ns.b < ns.a }}"), "False|True|False");
+
+  // The same with tuples, which are hashable: dict keys and |unique.
+  const std::string tuples =
+      "{% set ns = namespace(a=(), b=()) %}{% for i in range(40) %}"
+      "{% set ns.a = (ns.a, ns.a) %}{% set ns.b = (ns.b, ns.b) %}{% endfor %}";
+  EXPECT_EQ(render(tuples + "{% set d = {ns.a: 'found'} %}{{ d[ns.b] }}|{{ ns.b in d }}|{{ d | length }}"),
+            "found|True|1");
+  EXPECT_EQ(render(tuples + "{{ [ns.a, ns.b, ns.a] | unique | list | length }}"), "1");
+}
+
+// Lists with many distinct items still cost a visit per pair compared, and the
+// visits count against the step budget.
+TEST(ChatLimits, ComparingCountsAgainstTheStepBudget) {
+  const std::string lists = "{% set a = range(3000) | batch(1) | list %}{% set b = range(3000) | batch(1) | list %}";
+  EXPECT_EQ(render(lists + "{{ a == b }}"), "True");
+  RenderOptions small;
+  small.limits.max_steps = 1000;
+  EXPECT_EQ(render(lists + "{{ a | length }}", small), "3000");
+  expect_limit(lists + "{{ a == b }}", small);
+  expect_limit(lists + "{{ a in [b] }}", small);
+}
+
 TEST(ChatLimits, DeepNestingIsASyntaxErrorNotACrash) {
   const std::string parens = std::string(5000, '(') + "1" + std::string(5000, ')');
   EXPECT_THROW(ChatTemplate("{{ " + parens + " }}"), m40::chat::TemplateSyntaxError);
