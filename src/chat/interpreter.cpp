@@ -119,8 +119,7 @@ std::string Interpreter::render() {
   out_ = &out;
   Scope* root = new_scope(context_);
   root->captured = true;
-  const TextLimit text_limit(limits_.max_output_bytes);
-  const CompareLimit compare_limit(limits_.max_steps);
+  const ValueLimits value_limits(limits_.max_output_bytes, limits_.max_steps);
   try {
     exec_body(template_.body, root);
   } catch (const TemplateError&) {

@@ -284,9 +284,6 @@ void append_text(std::string& out, const Value& v, bool as_repr) {
 
 }  // namespace
 
-TextLimit::TextLimit(size_t max_bytes) : saved_(text_limit) { text_limit = max_bytes; }
-TextLimit::~TextLimit() { text_limit = saved_; }
-
 std::string str(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return "";
@@ -386,13 +383,16 @@ bool equal_at(const Value& a, const Value& b, EqualPairs& known) {
 
 }  // namespace
 
-CompareLimit::CompareLimit(uint64_t max_visits) : saved_limit_(compare_limit), saved_visits_(compare_visits) {
-  compare_limit = max_visits;
+ValueLimits::ValueLimits(size_t max_text_bytes, uint64_t max_compare_visits)
+    : saved_text_limit_(text_limit), saved_compare_limit_(compare_limit), saved_compare_visits_(compare_visits) {
+  text_limit = max_text_bytes;
+  compare_limit = max_compare_visits;
   compare_visits = 0;
 }
-CompareLimit::~CompareLimit() {
-  compare_limit = saved_limit_;
-  compare_visits = saved_visits_;
+ValueLimits::~ValueLimits() {
+  text_limit = saved_text_limit_;
+  compare_limit = saved_compare_limit_;
+  compare_visits = saved_compare_visits_;
 }
 
 bool equal(const Value& a, const Value& b) {

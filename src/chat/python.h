@@ -24,42 +24,33 @@ std::string type_name(const Value& v);
 // "None", "dict object", "str object", ...
 std::string object_description(const Value& v);
 
-// str(), repr() and to_json() fail with a LimitFailure once one result
-// passes this many bytes: a list holding another list twice, nested 40 deep,
-// would otherwise print exponentially long text. An Interpreter sets its
-// max_output_bytes for its thread while it renders; otherwise there is none.
-class TextLimit {
- public:
-  explicit TextLimit(size_t max_bytes);
-  ~TextLimit();
-  TextLimit(const TextLimit&) = delete;
-  TextLimit& operator=(const TextLimit&) = delete;
-
- private:
-  size_t saved_;
-};
-
 std::string str(const Value& v);   // Python str(v); Undefined gives ""
 std::string repr(const Value& v);  // Python repr(v)
 std::string float_repr(double d);  // Python repr(float)
 std::string string_repr(std::string_view s);
 
-// ==, <, `in` and dict keys compare lists and dicts item by item. Lists are
-// shared, so a list holding another twice, nested 40 deep, has 2^40 items to
-// visit: equal() remembers the pairs it has found equal, and every list or
-// dict it visits counts against this many visits in all; past them it fails
-// with a LimitFailure. An Interpreter sets its max_steps for its thread while
-// it renders; otherwise there is none.
-class CompareLimit {
+// Bounds on the work a value's own operations do, for the thread that
+// renders (an Interpreter sets them from its limits while it renders;
+// otherwise there are none). Lists are shared, so a list holding another
+// twice, nested 40 deep, would print exponentially long text and have 2^40
+// items to compare:
+// - str(), repr() and to_json() fail with a LimitFailure once one result
+//   passes max_text_bytes;
+// - ==, <, `in` and dict keys compare lists and dicts item by item: equal()
+//   remembers the pairs it has found equal, and every list or dict it visits
+//   counts against max_compare_visits in all; past them it fails with a
+//   LimitFailure.
+class ValueLimits {
  public:
-  explicit CompareLimit(uint64_t max_visits);
-  ~CompareLimit();
-  CompareLimit(const CompareLimit&) = delete;
-  CompareLimit& operator=(const CompareLimit&) = delete;
+  ValueLimits(size_t max_text_bytes, uint64_t max_compare_visits);
+  ~ValueLimits();
+  ValueLimits(const ValueLimits&) = delete;
+  ValueLimits& operator=(const ValueLimits&) = delete;
 
  private:
-  uint64_t saved_limit_;
-  uint64_t saved_visits_;
+  size_t saved_text_limit_;
+  uint64_t saved_compare_limit_;
+  uint64_t saved_compare_visits_;
 };
 
 // Python ==, with 1 == 1.0 == True and deep list/dict comparison.
