@@ -1,5 +1,5 @@
-// `m40-llm gen-model`: writes a synthetic llama model of a given shape and
-// weight type, so 7B-scale benchmarks need no download.
+// `m40-llm gen-model`: writes a synthetic model of a given shape (and with it
+// an architecture) and weight type, so 7B-scale benchmarks need no download.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -22,7 +22,7 @@ struct GenModelOptions {
   std::string tokenizer_from;
   uint64_t seed = 1234;
   unsigned threads = 0;
-  uint32_t layers = 0, embd = 0, ff = 0, heads = 0, kv_heads = 0, ctx = 0;
+  uint32_t layers = 0, embd = 0, ff = 0, heads = 0, kv_heads = 0, head_dim = 0, ctx = 0;
   float rope_base = 0.0f;
 };
 
@@ -47,6 +47,7 @@ int run_gen_model(const GenModelOptions& o) {
   override_dim(o.ff, shape->n_ff);
   override_dim(o.heads, shape->n_head);
   override_dim(o.kv_heads, shape->n_head_kv);
+  override_dim(o.head_dim, shape->head_dim);
   override_dim(o.ctx, shape->context_length);
   if (o.rope_base > 0.0f) shape->rope_freq_base = o.rope_base;
 
@@ -59,9 +60,9 @@ int run_gen_model(const GenModelOptions& o) {
   options.tokenizer_source = &tokenizer;
 
   const auto start = std::chrono::steady_clock::now();
-  std::fprintf(stderr, "writing %s: shape %s (%u layers, embd %u, ff %u, heads %u/%u), weights %s\n",
-               o.output.c_str(), shape->name.c_str(), shape->n_layer, shape->n_embd, shape->n_ff, shape->n_head,
-               shape->n_head_kv, o.type.c_str());
+  std::fprintf(stderr, "writing %s: shape %s (%s, %u layers, embd %u, ff %u, heads %u/%u of %u), weights %s\n",
+               o.output.c_str(), shape->name.c_str(), shape->architecture.c_str(), shape->n_layer, shape->n_embd,
+               shape->n_ff, shape->n_head, shape->n_head_kv, shape->head_width(), o.type.c_str());
   const model::SyntheticReport report = model::write_synthetic_llama(options, o.output);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const auto& note : report.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
@@ -78,7 +79,8 @@ void register_gen_model_command(CLI::App& app) {
   auto opts = std::make_shared<GenModelOptions>();
   CLI::App* cmd = app.add_subcommand(
       "gen-model",
-      "Write a synthetic llama model with random weights (for benchmarks and tests).\n"
+      "Write a synthetic model with random weights in a real model's shape and architecture\n"
+      "(llama, qwen2, qwen3, gemma2, gemma3, phi3), for benchmarks and tests.\n"
       "Example: m40-llm gen-model llama2-7b-q4km.gguf --shape llama2-7b --type q4_k_m "
       "--tokenizer-from llama-2-tiny-random.gguf");
   cmd->add_option("OUTPUT", opts->output, "Path of the GGUF file to write")->required();
@@ -97,6 +99,8 @@ void register_gen_model_command(CLI::App& app) {
   cmd->add_option("--ff", opts->ff, "Override the feed-forward length");
   cmd->add_option("--heads", opts->heads, "Override the number of attention heads");
   cmd->add_option("--kv-heads", opts->kv_heads, "Override the number of KV heads");
+  cmd->add_option("--head-dim", opts->head_dim,
+                  "Override the head dimension (qwen3 and gemma shapes; others take embd / heads)");
   cmd->add_option("--ctx", opts->ctx, "Override the context length");
   cmd->add_option("--rope-base", opts->rope_base, "Override the RoPE frequency base");
   cmd->callback([opts] { set_command_action([opts] { return run_gen_model(*opts); }); });

@@ -8,8 +8,8 @@ namespace m40::model {
 
 std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path) {
   gguf::File file = gguf::File::open(path);
-  LlamaHparams hparams = LlamaHparams::from_file(file);
-  LlamaWeights weights = LlamaWeights::load(file, hparams);
+  ModelHparams hparams = ModelHparams::from_file(file);
+  ModelWeights weights = ModelWeights::load(file, hparams);
   return std::unique_ptr<LoadedModel>(new LoadedModel{std::move(file), std::move(hparams), std::move(weights)});
 }
 

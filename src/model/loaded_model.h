@@ -6,15 +6,15 @@
 #include <string>
 
 #include "gguf/file.h"
-#include "model/llama_hparams.h"
-#include "model/llama_weights.h"
+#include "model/hparams.h"
+#include "model/weights.h"
 
 namespace m40::model {
 
 struct LoadedModel {
   gguf::File file;
-  LlamaHparams hparams;
-  LlamaWeights weights;
+  ModelHparams hparams;
+  ModelWeights weights;
 
   // Maps and checks the file. Throws m40::Error naming what is wrong
   // (corrupt file, unsupported architecture, missing tensor, bad shape).

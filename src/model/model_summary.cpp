@@ -8,7 +8,7 @@
 #include <variant>
 
 #include "gguf/file.h"
-#include "model/llama_hparams.h"
+#include "model/hparams.h"
 
 namespace m40::model {
 
@@ -251,9 +251,9 @@ ModelSummary summarize(const gguf::File& file) {
   s.tensor_count = file.tensors().size();
 
   s.architecture = lenient<std::string>(md, "general.architecture").value_or("");
-  if (const ArchitectureTraits* traits = find_architecture(s.architecture)) {
+  if (const Architecture* arch = find_architecture(s.architecture)) {
     s.architecture_known = true;
-    s.architecture_runnable = traits->runnable;
+    s.architecture_runnable = arch->runnable();
   }
   s.name = lenient<std::string>(md, "general.name");
   s.license = lenient<std::string>(md, "general.license");

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/parallel_for.h"
@@ -16,14 +17,68 @@ using gguf::TensorType;
 
 namespace {
 
-// Named shapes from the published model configurations.
+// Named shapes from the published model configurations (config.json of each
+// model; for gemma3-12b its text_config). The tiny-<arch> shapes have the
+// dimensions and hyperparameters of the llama.cpp-written test models in
+// models/arch/ (windows of 8 tokens and a soft-cap of 5, so that short test
+// prompts exercise them), except tiny-phi3, which is a small Phi-4: no
+// LongRoPE factors, an output head of its own.
 const std::map<std::string, SyntheticShape>& shapes() {
-  static const std::map<std::string, SyntheticShape> table = {
-      {"tiny", {"tiny", 2, 256, 768, 4, 2, 512, 10000.0f, 1e-5f}},
-      {"llama2-7b", {"llama2-7b", 32, 4096, 11008, 32, 32, 4096, 10000.0f, 1e-5f}},
-      {"llama2-13b", {"llama2-13b", 40, 5120, 13824, 40, 40, 4096, 10000.0f, 1e-5f}},
-      {"llama3-8b", {"llama3-8b", 32, 4096, 14336, 32, 8, 8192, 500000.0f, 1e-5f}},
-  };
+  static const std::map<std::string, SyntheticShape> table = [] {
+    const SyntheticShape list[] = {
+        {.name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 2,
+         .context_length = 512, .rope_freq_base = 10000.0f, .rms_eps = 1e-5f},
+        {.name = "llama2-7b", .n_layer = 32, .n_embd = 4096, .n_ff = 11008, .n_head = 32, .n_head_kv = 32,
+         .context_length = 4096, .rope_freq_base = 10000.0f, .rms_eps = 1e-5f},
+        {.name = "llama2-13b", .n_layer = 40, .n_embd = 5120, .n_ff = 13824, .n_head = 40, .n_head_kv = 40,
+         .context_length = 4096, .rope_freq_base = 10000.0f, .rms_eps = 1e-5f},
+        {.name = "llama3-8b", .n_layer = 32, .n_embd = 4096, .n_ff = 14336, .n_head = 32, .n_head_kv = 8,
+         .context_length = 8192, .rope_freq_base = 500000.0f, .rms_eps = 1e-5f},
+        // Qwen2.5-7B(-Instruct): Q/K/V biases, its own output head.
+        {.name = "qwen2.5-7b", .n_layer = 28, .n_embd = 3584, .n_ff = 18944, .n_head = 28, .n_head_kv = 4,
+         .context_length = 32768, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen2"},
+        {.name = "qwen3-8b", .n_layer = 36, .n_embd = 4096, .n_ff = 12288, .n_head = 32, .n_head_kv = 8,
+         .context_length = 40960, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen3",
+         .head_dim = 128},
+        {.name = "qwen3-14b", .n_layer = 40, .n_embd = 5120, .n_ff = 17408, .n_head = 40, .n_head_kv = 8,
+         .context_length = 40960, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen3",
+         .head_dim = 128},
+        {.name = "gemma2-9b", .n_layer = 42, .n_embd = 3584, .n_ff = 14336, .n_head = 16, .n_head_kv = 8,
+         .context_length = 8192, .rope_freq_base = 10000.0f, .rms_eps = 1e-6f, .architecture = "gemma2",
+         .head_dim = 256, .tied_output = true, .sliding_window = 4096, .attn_logit_softcapping = 50.0f,
+         .final_logit_softcapping = 30.0f},
+        // Gemma 3 12B: every 6th layer global, with base 1e6 and linear scaling ×8.
+        {.name = "gemma3-12b", .n_layer = 48, .n_embd = 3840, .n_ff = 15360, .n_head = 16, .n_head_kv = 8,
+         .context_length = 131072, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "gemma3",
+         .head_dim = 256, .tied_output = true, .sliding_window = 1024, .sliding_window_pattern = 6,
+         .rope_scaling_linear_factor = 8.0f},
+        // Phi-4 (14B) is a phi3 model without sliding window (the converter
+        // writes 0) and without LongRoPE factors.
+        {.name = "phi4-14b", .n_layer = 40, .n_embd = 5120, .n_ff = 17920, .n_head = 40, .n_head_kv = 10,
+         .context_length = 16384, .rope_freq_base = 250000.0f, .rms_eps = 1e-5f, .architecture = "phi3",
+         .sliding_window = 0, .rope_original_context_length = 16384},
+        {.name = "tiny-qwen2", .n_layer = 2, .n_embd = 128, .n_ff = 128, .n_head = 4, .n_head_kv = 2,
+         .context_length = 32768, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen2",
+         .tied_output = true},
+        {.name = "tiny-qwen3", .n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2,
+         .context_length = 40960, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen3",
+         .head_dim = 32, .tied_output = true},
+        {.name = "tiny-gemma2", .n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2,
+         .context_length = 8192, .rope_freq_base = 10000.0f, .rms_eps = 1e-6f, .architecture = "gemma2",
+         .head_dim = 32, .tied_output = true, .sliding_window = 8, .attn_logit_softcapping = 5.0f,
+         .final_logit_softcapping = 30.0f},
+        {.name = "tiny-gemma3", .n_layer = 3, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2,
+         .context_length = 131072, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "gemma3",
+         .head_dim = 32, .tied_output = true, .sliding_window = 8, .sliding_window_pattern = 3,
+         .rope_scaling_linear_factor = 8.0f},
+        {.name = "tiny-phi3", .n_layer = 2, .n_embd = 128, .n_ff = 128, .n_head = 4, .n_head_kv = 2,
+         .context_length = 16384, .rope_freq_base = 250000.0f, .rms_eps = 1e-5f, .architecture = "phi3",
+         .sliding_window = 0, .rope_original_context_length = 16384},
+    };
+    std::map<std::string, SyntheticShape> by_name;
+    for (const SyntheticShape& s : list) by_name.emplace(s.name, s);
+    return by_name;
+  }();
   return table;
 }
 
@@ -60,8 +115,9 @@ const std::map<std::string, Recipe>& recipes() {
   return table;
 }
 
-// The weight matrices of a llama model, each of which gets its own type.
-enum class Matrix { kTokenEmbd, kAttnQ, kAttnK, kAttnV, kAttnOutput, kFfnGate, kFfnUp, kFfnDown, kOutput };
+// The roles llama-quantize tells matrices apart by (tensor_category in
+// llama.cpp's src/llama-quant.cpp), each of which gets its own type.
+enum class Matrix { kTokenEmbd, kAttnQ, kAttnK, kAttnV, kAttnQkv, kAttnOutput, kFfnGate, kFfnUp, kFfnDown, kOutput };
 
 // llama.cpp's use_more_bits: the first and last eighth of the layers and
 // every third layer between them (where Q4_K_M raises attn_v and ffn_down).
@@ -69,22 +125,31 @@ bool uses_more_bits(uint32_t layer, uint32_t n_layer) {
   return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
 }
 
-// The type llama-quantize gives `matrix` of `layer`: llama_tensor_get_type in
-// llama.cpp's src/llama-quant.cpp, for a llama model quantized without an
-// importance matrix (its extra rules for 70B and mixture-of-experts models are
-// left out). token_embd keeps the recipe's type, the output head is Q6_K for
-// every quantized type but Q8_0, and each mix raises some of attn_v,
-// attn_output and ffn_down; attn_v further when 4 or more query heads share a
-// KV head (llama.cpp's n_gqa() >= 4).
-TensorType matrix_type(const Recipe& recipe, Matrix matrix, uint32_t layer, const SyntheticShape& s) {
+bool is_quantized(TensorType type) { return type != TensorType::F32 && type != TensorType::F16; }
+
+// The type llama-quantize gives `matrix` of `layer` (rows of `row_length`):
+// llama_tensor_get_type in llama.cpp's src/llama-quant.cpp, for a model
+// quantized without an importance matrix (its extra rules for 70B, Falcon and
+// mixture-of-experts models are left out). The output head is Q6_K for every
+// quantized type but Q8_0 (Q8_0 when its rows do not fit the recipe's
+// blocks); a tied token_embd is the head and is typed as one, an untied one
+// keeps the recipe's type. Each mix raises some of attn_v, attn_output and
+// ffn_down; attn_v further when 4 or more query heads share a KV head
+// (llama.cpp's n_gqa() >= 4). A fused attn_qkv falls in attn_v's category
+// there (category_is_attn_v), so it is raised as attn_v is (the separate
+// ATTENTION_QKV rule after it is never reached).
+TensorType matrix_type(const Recipe& recipe, Matrix matrix, uint32_t layer, const SyntheticShape& s,
+                       uint64_t row_length) {
   const TensorType base = recipe.matrices;
-  if (matrix == Matrix::kOutput) {
-    const bool quantized = base != TensorType::F32 && base != TensorType::F16;
-    return quantized && base != TensorType::Q8_0 ? TensorType::Q6_K : base;
+  if (matrix == Matrix::kOutput || (matrix == Matrix::kTokenEmbd && s.tied_output)) {
+    if (!is_quantized(base)) return base;
+    if (row_length % gguf::tensor_type_traits(base).block_size != 0) return TensorType::Q8_0;
+    return base != TensorType::Q8_0 ? TensorType::Q6_K : base;
   }
   const bool grouped_kv = s.n_head / s.n_head_kv >= 4;
   switch (matrix) {
     case Matrix::kAttnV:
+    case Matrix::kAttnQkv:
       switch (recipe.mix) {
         case Mix::kQ2_K: return grouped_kv ? TensorType::Q4_K : TensorType::Q3_K;
         case Mix::kQ3_K_M: return layer < 2 ? TensorType::Q5_K : TensorType::Q4_K;
@@ -134,14 +199,6 @@ void fill_gaussian(float* out, uint64_t n, uint64_t seed, float mean, float stdd
   }
 }
 
-struct PlannedTensor {
-  std::string name;
-  TensorType type;
-  std::vector<uint64_t> dims;
-  float mean;
-  float stddev;
-};
-
 // The requested type when the row length fits its blocks, else the nearest
 // type that does (as llama-quantize falls back for odd shapes).
 TensorType fitting_type(TensorType wanted, uint64_t row_length, const std::string& name,
@@ -154,19 +211,214 @@ TensorType fitting_type(TensorType wanted, uint64_t row_length, const std::strin
   return fallback;
 }
 
-void validate(const SyntheticShape& s) {
+// Widths of one layer's projections.
+struct LayerDims {
+  uint64_t n_embd, n_ff, head_dim;
+  uint64_t q_width;   // n_head × head_dim
+  uint64_t kv_width;  // n_head_kv × head_dim
+};
+
+// Collects a model's tensors in file order, each typed as llama-quantize
+// would type it. Matrices are drawn with a standard deviation of
+// 1/√(row length), so every projection keeps its input's scale; norm weights
+// near 1, biases small against the projections' unit-scale outputs.
+class TensorPlanner {
+ public:
+  TensorPlanner(const SyntheticShape& shape, const Recipe& recipe, SyntheticPlan& plan)
+      : shape_(shape), recipe_(recipe), plan_(plan) {}
+
+  void matrix(std::string name, Matrix role, uint32_t layer, uint64_t cols, uint64_t rows, float stddev) {
+    const TensorType wanted = matrix_type(recipe_, role, layer, shape_, cols);
+    add({name, fitting_type(wanted, cols, name, plan_.notes), {cols, rows}, 0.0f, stddev});
+  }
+  void matrix(std::string name, Matrix role, uint32_t layer, uint64_t cols, uint64_t rows) {
+    matrix(std::move(name), role, layer, cols, rows, 1.0f / std::sqrt(static_cast<float>(cols)));
+  }
+  void norm(std::string name, uint64_t n) { add({std::move(name), TensorType::F32, {n}, 1.0f, 0.1f}); }
+  void bias(std::string name, uint64_t n) { add({std::move(name), TensorType::F32, {n}, 0.0f, 0.02f}); }
+
+ private:
+  void add(SyntheticTensor t) {
+    uint64_t elements = 1;
+    for (uint64_t d : t.dims) elements *= d;
+    plan_.parameter_count += elements;
+    plan_.tensors.push_back(std::move(t));
+  }
+  const SyntheticShape& shape_;
+  const Recipe& recipe_;
+  SyntheticPlan& plan_;
+};
+
+// One layer's tensors, named blk.N.<name>.
+struct Layer {
+  TensorPlanner& planner;
+  uint32_t index;
+  const LayerDims& d;
+
+  std::string name(const char* suffix) const { return "blk." + std::to_string(index) + "." + suffix; }
+  void norm(const char* suffix, uint64_t n) { planner.norm(name(suffix), n); }
+  void bias(const char* suffix, uint64_t n) { planner.bias(name(suffix), n); }
+  void matrix(const char* suffix, Matrix role, uint64_t cols, uint64_t rows) {
+    planner.matrix(name(suffix), role, index, cols, rows);
+  }
+};
+
+struct Architecture;
+using BlockTensors = void (*)(Layer& layer, const Architecture& arch);
+
+// What llama.cpp's converter writes for one architecture, beyond the keys
+// and tensors every one of them has.
+struct Architecture {
+  std::string_view name;  // general.architecture and the prefix of its keys
+  BlockTensors block;     // one layer's tensors, in the converter's order
+  bool qkv_bias = false;  // attn_q/k/v.bias (qwen2)
+  bool qk_norm = false;   // attn_q_norm / attn_k_norm [head_dim] (qwen3, gemma3)
+  bool writes_head_dim = false;              // attention.key_length / value_length from config's head_dim
+  bool writes_rope_dimension_count = false;  // rope.dimension_count (llama, phi3)
+  bool writes_vocab_size = false;            // vocab_size (llama)
+  bool output_always_tied = false;           // llama.cpp never reads an output.weight (gemma2)
+};
+
+void separate_qkv(Layer& l, bool biases) {
+  l.matrix("attn_q.weight", Matrix::kAttnQ, l.d.n_embd, l.d.q_width);
+  l.matrix("attn_k.weight", Matrix::kAttnK, l.d.n_embd, l.d.kv_width);
+  l.matrix("attn_v.weight", Matrix::kAttnV, l.d.n_embd, l.d.kv_width);
+  if (biases) {
+    l.bias("attn_q.bias", l.d.q_width);
+    l.bias("attn_k.bias", l.d.kv_width);
+    l.bias("attn_v.bias", l.d.kv_width);
+  }
+}
+
+void qk_norms(Layer& l) {
+  l.norm("attn_q_norm.weight", l.d.head_dim);
+  l.norm("attn_k_norm.weight", l.d.head_dim);
+}
+
+void gated_ffn(Layer& l) {
+  l.norm("ffn_norm.weight", l.d.n_embd);
+  l.matrix("ffn_gate.weight", Matrix::kFfnGate, l.d.n_embd, l.d.n_ff);
+  l.matrix("ffn_up.weight", Matrix::kFfnUp, l.d.n_embd, l.d.n_ff);
+  l.matrix("ffn_down.weight", Matrix::kFfnDown, l.d.n_ff, l.d.n_embd);
+}
+
+// llama, qwen2 (with Q/K/V biases) and qwen3 (with per-head Q/K norms).
+void llama_block(Layer& l, const Architecture& arch) {
+  l.norm("attn_norm.weight", l.d.n_embd);
+  separate_qkv(l, arch.qkv_bias);
+  l.matrix("attn_output.weight", Matrix::kAttnOutput, l.d.q_width, l.d.n_embd);
+  if (arch.qk_norm) qk_norms(l);
+  gated_ffn(l);
+}
+
+// gemma2 and gemma3 (with per-head Q/K norms): each branch's output is
+// normalised again before the residual add.
+void gemma_block(Layer& l, const Architecture& arch) {
+  l.norm("attn_norm.weight", l.d.n_embd);
+  separate_qkv(l, false);
+  l.matrix("attn_output.weight", Matrix::kAttnOutput, l.d.q_width, l.d.n_embd);
+  if (arch.qk_norm) qk_norms(l);
+  l.norm("post_attention_norm.weight", l.d.n_embd);
+  gated_ffn(l);
+  l.norm("post_ffw_norm.weight", l.d.n_embd);
+}
+
+// phi3: one fused Q/K/V projection (rows Q, then K, then V), and ffn_up
+// holds the gate rows then the up rows.
+void phi3_block(Layer& l, const Architecture&) {
+  l.norm("attn_norm.weight", l.d.n_embd);
+  l.matrix("attn_qkv.weight", Matrix::kAttnQkv, l.d.n_embd, l.d.q_width + 2 * l.d.kv_width);
+  l.matrix("attn_output.weight", Matrix::kAttnOutput, l.d.q_width, l.d.n_embd);
+  l.norm("ffn_norm.weight", l.d.n_embd);
+  l.matrix("ffn_up.weight", Matrix::kFfnUp, l.d.n_embd, 2 * l.d.n_ff);
+  l.matrix("ffn_down.weight", Matrix::kFfnDown, l.d.n_ff, l.d.n_embd);
+}
+
+// As llama.cpp's src/models/<arch>.cpp loads them and its converter
+// (convert_hf_to_gguf.py) writes them.
+constexpr Architecture kArchitectures[] = {
+    {.name = "llama", .block = llama_block, .writes_rope_dimension_count = true, .writes_vocab_size = true},
+    {.name = "qwen2", .block = llama_block, .qkv_bias = true},
+    {.name = "qwen3", .block = llama_block, .qk_norm = true, .writes_head_dim = true},
+    {.name = "gemma2", .block = gemma_block, .writes_head_dim = true, .output_always_tied = true},
+    {.name = "gemma3", .block = gemma_block, .qk_norm = true, .writes_head_dim = true},
+    {.name = "phi3", .block = phi3_block, .writes_rope_dimension_count = true},
+};
+
+std::string architecture_list() {
+  std::string list;
+  for (const Architecture& a : kArchitectures) list += (list.empty() ? "" : ", ") + std::string(a.name);
+  return list;
+}
+
+const Architecture& find_architecture(const std::string& name) {
+  for (const Architecture& a : kArchitectures) {
+    if (a.name == name) return a;
+  }
+  throw Error("unknown architecture '" + name + "' for a synthetic model (known: " + architecture_list() + ")");
+}
+
+void validate(const SyntheticShape& s, const Architecture& arch) {
   if (s.n_layer == 0 || s.n_embd == 0 || s.n_ff == 0 || s.n_head == 0 || s.n_head_kv == 0) {
     throw Error("synthetic model shape needs non-zero layers, embedding, feed-forward and head counts");
   }
-  if (s.n_embd % s.n_head != 0) {
+  if (s.head_dim == 0 && s.n_embd % s.n_head != 0) {
     throw Error("embedding length " + std::to_string(s.n_embd) + " is not divisible by " +
                 std::to_string(s.n_head) + " heads");
+  }
+  if (!arch.writes_head_dim && s.head_dim != 0 && static_cast<uint64_t>(s.head_dim) * s.n_head != s.n_embd) {
+    throw Error("the " + s.architecture + " architecture takes its head dimension from embedding length / heads (" +
+                std::to_string(s.n_embd) + " / " + std::to_string(s.n_head) + "): leave the head dimension unset");
   }
   if (s.n_head % s.n_head_kv != 0) {
     throw Error(std::to_string(s.n_head) + " heads are not divisible by " + std::to_string(s.n_head_kv) +
                 " KV heads");
   }
-  if ((s.n_embd / s.n_head) % 2 != 0) throw Error("the head dimension must be even for RoPE");
+  if (s.head_width() % 2 != 0) throw Error("the head dimension must be even for RoPE");
+  if (arch.output_always_tied && !s.tied_output) {
+    throw Error("the " + s.architecture + " architecture always uses token_embd as its output head: tie it");
+  }
+}
+
+const Recipe& find_recipe(const std::string& name) {
+  auto it = recipes().find(name);
+  if (it == recipes().end()) throw Error("unknown weight type '" + name + "'");
+  return it->second;
+}
+
+// The hyperparameter keys, under the architecture's prefix, in the order
+// the converter writes them.
+void set_hparams(gguf::Metadata& m, const SyntheticShape& s, const Architecture& arch, uint64_t n_vocab) {
+  const std::string p = s.architecture + ".";
+  m.set(p + "context_length", gguf::Value(s.context_length));
+  m.set(p + "embedding_length", gguf::Value(s.n_embd));
+  m.set(p + "block_count", gguf::Value(s.n_layer));
+  m.set(p + "feed_forward_length", gguf::Value(s.n_ff));
+  m.set(p + "attention.head_count", gguf::Value(s.n_head));
+  m.set(p + "attention.head_count_kv", gguf::Value(s.n_head_kv));
+  if (arch.writes_rope_dimension_count) m.set(p + "rope.dimension_count", gguf::Value(s.head_width()));
+  m.set(p + "rope.freq_base", gguf::Value(s.rope_freq_base));
+  m.set(p + "attention.layer_norm_rms_epsilon", gguf::Value(s.rms_eps));
+  if (arch.writes_vocab_size) m.set(p + "vocab_size", gguf::Value(static_cast<uint32_t>(n_vocab)));
+  if (arch.writes_head_dim) {
+    m.set(p + "attention.key_length", gguf::Value(s.head_width()));
+    m.set(p + "attention.value_length", gguf::Value(s.head_width()));
+  }
+  if (s.attn_logit_softcapping != 0.0f) m.set(p + "attn_logit_softcapping", gguf::Value(s.attn_logit_softcapping));
+  if (s.final_logit_softcapping != 0.0f) {
+    m.set(p + "final_logit_softcapping", gguf::Value(s.final_logit_softcapping));
+  }
+  if (s.sliding_window) m.set(p + "attention.sliding_window", gguf::Value(*s.sliding_window));
+  if (s.sliding_window_pattern != 0) {
+    m.set(p + "attention.sliding_window_pattern", gguf::Value(s.sliding_window_pattern));
+  }
+  if (s.rope_scaling_linear_factor != 0.0f) {
+    m.set(p + "rope.scaling.type", gguf::Value("linear"));
+    m.set(p + "rope.scaling.factor", gguf::Value(s.rope_scaling_linear_factor));
+  }
+  if (s.rope_original_context_length != 0) {
+    m.set(p + "rope.scaling.original_context_length", gguf::Value(s.rope_original_context_length));
+  }
 }
 
 }  // namespace
@@ -183,83 +435,71 @@ std::vector<std::string> synthetic_shape_names() {
   return names;
 }
 
+std::vector<std::string> synthetic_architectures() {
+  std::vector<std::string> names;
+  for (const Architecture& a : kArchitectures) names.emplace_back(a.name);
+  return names;
+}
+
 std::vector<std::string> synthetic_weight_recipes() {
   std::vector<std::string> names;
   for (const auto& [name, recipe] : recipes()) names.push_back(name);
   return names;
 }
 
+SyntheticPlan plan_synthetic_model(const SyntheticShape& s, const std::string& recipe_name, uint64_t n_vocab) {
+  const Architecture& arch = find_architecture(s.architecture);
+  validate(s, arch);
+  const Recipe& recipe = find_recipe(recipe_name);
+
+  SyntheticPlan plan;
+  TensorPlanner planner(s, recipe, plan);
+  const LayerDims dims{s.n_embd, s.n_ff, s.head_width(), uint64_t{s.n_head} * s.head_width(),
+                       uint64_t{s.n_head_kv} * s.head_width()};
+  const float head_stddev = 4.0f / std::sqrt(static_cast<float>(s.n_embd));
+  // A tied token_embd is also the output head, so it is drawn at the head's scale.
+  planner.matrix("token_embd.weight", Matrix::kTokenEmbd, 0, s.n_embd, n_vocab, s.tied_output ? head_stddev : 1.0f);
+  for (uint32_t i = 0; i < s.n_layer; ++i) {
+    Layer layer{planner, i, dims};
+    arch.block(layer, arch);
+  }
+  planner.norm("output_norm.weight", s.n_embd);
+  if (!s.tied_output) planner.matrix("output.weight", Matrix::kOutput, 0, s.n_embd, n_vocab, head_stddev);
+  return plan;
+}
+
 SyntheticReport write_synthetic_llama(const SyntheticOptions& options, const std::string& path) {
   const SyntheticShape& s = options.shape;
-  validate(s);
-  auto recipe_it = recipes().find(options.recipe);
-  if (recipe_it == recipes().end()) throw Error("unknown weight type '" + options.recipe + "'");
-  const Recipe recipe = recipe_it->second;
+  const Architecture& arch = find_architecture(s.architecture);
+  validate(s, arch);
+  const Recipe& recipe = find_recipe(options.recipe);
   if (options.tokenizer_source == nullptr) throw Error("a synthetic model needs a tokenizer source GGUF");
   const gguf::Metadata& source = options.tokenizer_source->metadata();
   if (!source.contains("tokenizer.ggml.tokens")) {
     throw Error("the tokenizer source has no tokenizer.ggml.tokens: pick a GGUF that carries a tokenizer");
   }
   const uint64_t n_vocab = source.get_array_value("tokenizer.ggml.tokens").items.size();
+  const SyntheticPlan plan = plan_synthetic_model(s, options.recipe, n_vocab);
 
   SyntheticReport report;
-  const uint64_t n_embd = s.n_embd, n_ff = s.n_ff;
-  const uint64_t head_dim = n_embd / s.n_head;
-  const uint64_t n_embd_kv = head_dim * s.n_head_kv;
-  const bool quantized = recipe.matrices != TensorType::F32 && recipe.matrices != TensorType::F16;
-
-  const float sd_embd = 1.0f / std::sqrt(static_cast<float>(n_embd));
-  const float sd_ff = 1.0f / std::sqrt(static_cast<float>(n_ff));
-  std::vector<PlannedTensor> plan;
-  auto matrix = [&](std::string name, TensorType type, uint64_t cols, uint64_t rows, float sd) {
-    plan.push_back({name, fitting_type(type, cols, name, report.notes), {cols, rows}, 0.0f, sd});
-  };
-  auto norm = [&](std::string name) { plan.push_back({std::move(name), TensorType::F32, {n_embd}, 1.0f, 0.1f}); };
-
-  auto type_of = [&](Matrix m, uint32_t layer) { return matrix_type(recipe, m, layer, s); };
-  matrix("token_embd.weight", type_of(Matrix::kTokenEmbd, 0), n_embd, n_vocab, 1.0f);
-  for (uint32_t i = 0; i < s.n_layer; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    norm(p + "attn_norm.weight");
-    matrix(p + "attn_q.weight", type_of(Matrix::kAttnQ, i), n_embd, n_embd, sd_embd);
-    matrix(p + "attn_k.weight", type_of(Matrix::kAttnK, i), n_embd, n_embd_kv, sd_embd);
-    matrix(p + "attn_v.weight", type_of(Matrix::kAttnV, i), n_embd, n_embd_kv, sd_embd);
-    matrix(p + "attn_output.weight", type_of(Matrix::kAttnOutput, i), n_embd, n_embd, sd_embd);
-    norm(p + "ffn_norm.weight");
-    matrix(p + "ffn_gate.weight", type_of(Matrix::kFfnGate, i), n_embd, n_ff, sd_embd);
-    matrix(p + "ffn_up.weight", type_of(Matrix::kFfnUp, i), n_embd, n_ff, sd_embd);
-    matrix(p + "ffn_down.weight", type_of(Matrix::kFfnDown, i), n_ff, n_embd, sd_ff);
-  }
-  norm("output_norm.weight");
-  matrix("output.weight", type_of(Matrix::kOutput, 0), n_embd, n_vocab, 4.0f * sd_embd);
+  report.parameter_count = plan.parameter_count;
+  report.notes = plan.notes;
 
   gguf::Writer writer;
   gguf::Metadata& m = writer.metadata();
-  m.set("general.architecture", gguf::Value("llama"));
+  m.set("general.architecture", gguf::Value(s.architecture));
   m.set("general.name", gguf::Value("m40-llm synthetic " + s.name + " " + options.recipe));
   m.set("general.file_type", gguf::Value(recipe.file_type));
-  if (quantized) m.set("general.quantization_version", gguf::Value(uint32_t{2}));
+  if (is_quantized(recipe.matrices)) m.set("general.quantization_version", gguf::Value(uint32_t{2}));
   m.set("m40.synthetic_seed", gguf::Value(options.seed));
-  m.set("llama.context_length", gguf::Value(s.context_length));
-  m.set("llama.embedding_length", gguf::Value(s.n_embd));
-  m.set("llama.block_count", gguf::Value(s.n_layer));
-  m.set("llama.feed_forward_length", gguf::Value(s.n_ff));
-  m.set("llama.attention.head_count", gguf::Value(s.n_head));
-  m.set("llama.attention.head_count_kv", gguf::Value(s.n_head_kv));
-  m.set("llama.rope.dimension_count", gguf::Value(static_cast<uint32_t>(head_dim)));
-  m.set("llama.rope.freq_base", gguf::Value(s.rope_freq_base));
-  m.set("llama.attention.layer_norm_rms_epsilon", gguf::Value(s.rms_eps));
-  m.set("llama.vocab_size", gguf::Value(static_cast<uint32_t>(n_vocab)));
+  set_hparams(m, s, arch, n_vocab);
   for (const auto& [key, value] : source.entries()) {
     if (key.rfind("tokenizer.", 0) == 0) m.set(key, value);
   }
 
   const unsigned threads = options.threads != 0 ? options.threads : default_thread_count();
-  for (size_t index = 0; index < plan.size(); ++index) {
-    const PlannedTensor& t = plan[index];
-    uint64_t elements = 1;
-    for (uint64_t d : t.dims) elements *= d;
-    report.parameter_count += elements;
+  for (size_t index = 0; index < plan.tensors.size(); ++index) {
+    const SyntheticTensor& t = plan.tensors[index];
     const uint64_t tensor_seed = options.seed * 0x100000001B3ull + index;
     writer.add_tensor(t.name, t.type, t.dims, [t, tensor_seed, threads](std::span<uint8_t> out) {
       const int64_t rows = static_cast<int64_t>(t.dims.size() > 1 ? t.dims[1] : 1);

@@ -1,6 +1,9 @@
-// Synthetic llama-architecture models: real GGUF files of any shape with
-// seeded random weights stored as valid blocks of the chosen type. They let
-// benchmarks run on 7B shapes without downloading anything.
+// Synthetic models: real GGUF files of any shape with seeded random weights
+// stored as valid blocks of the chosen type. They let benchmarks run on 7B
+// shapes without downloading anything. Each shape names its architecture
+// (llama, qwen2, qwen3, gemma2, gemma3, phi3), and the file carries exactly
+// the tensors and hyperparameter keys that llama.cpp's converter writes for
+// that architecture, so llama.cpp loads it too.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +16,7 @@
 namespace m40::model {
 
 struct SyntheticShape {
-  std::string name;  // "llama2-7b", "llama3-8b", "tiny" or "custom"
+  std::string name;  // "llama2-7b", "qwen3-8b", "tiny", "tiny-gemma3", ... or "custom"
   uint32_t n_layer = 2;
   uint32_t n_embd = 256;
   uint32_t n_ff = 768;
@@ -22,11 +25,30 @@ struct SyntheticShape {
   uint32_t context_length = 512;
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-5f;
+
+  std::string architecture = "llama";  // general.architecture
+  // 0: n_embd / n_head. Otherwise the width of one head of Q, K and V, which
+  // qwen3 and gemma write as attention.key_length / value_length (Q is then
+  // n_head × head_dim wide, not n_embd).
+  uint32_t head_dim = 0;
+  bool tied_output = false;  // no output.weight: the head is token_embd
+  // The keys below are written only when set (their architecture reads
+  // them; llama.cpp has defaults for the absent ones).
+  std::optional<uint32_t> sliding_window = std::nullopt;  // phi3 writes 0 for "none" (Phi-4)
+  uint32_t sliding_window_pattern = 0;
+  float attn_logit_softcapping = 0.0f;
+  float final_logit_softcapping = 0.0f;
+  float rope_scaling_linear_factor = 0.0f;  // rope.scaling.type "linear" and its factor
+  uint32_t rope_original_context_length = 0;
+
+  uint32_t head_width() const { return head_dim != 0 ? head_dim : n_embd / n_head; }
 };
 
 // The named shapes; nothing for an unknown name.
 std::optional<SyntheticShape> synthetic_shape(const std::string& name);
 std::vector<std::string> synthetic_shape_names();
+// The architectures a shape may name.
+std::vector<std::string> synthetic_architectures();
 
 // The weight recipes, named as llama-quantize's file types: one type for every
 // matrix but the output head ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0",
@@ -34,6 +56,26 @@ std::vector<std::string> synthetic_shape_names();
 // matrices more bits ("q2_k", "q3_k_m", "q3_k_l", "q4_k" (Q4_K_S), "q4_k_m",
 // "iq4_nl", "iq4_xs").
 std::vector<std::string> synthetic_weight_recipes();
+
+// One tensor of a synthetic model, as it will be stored.
+struct SyntheticTensor {
+  std::string name;
+  gguf::TensorType type;
+  std::vector<uint64_t> dims;  // ggml order: dims[0] is the row length
+  float mean;                  // of the drawn values
+  float stddev;
+};
+
+struct SyntheticPlan {
+  std::vector<SyntheticTensor> tensors;  // in file order
+  uint64_t parameter_count = 0;
+  std::vector<std::string> notes;  // e.g. tensors that fell back to another type
+};
+
+// The tensors a model of `shape` with `recipe` weights and `n_vocab` tokens
+// holds, without writing anything. Throws m40::Error on a bad shape or an
+// unknown recipe.
+SyntheticPlan plan_synthetic_model(const SyntheticShape& shape, const std::string& recipe, uint64_t n_vocab);
 
 struct SyntheticOptions {
   SyntheticShape shape;

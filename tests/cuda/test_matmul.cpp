@@ -33,7 +33,7 @@
 #include "backends/cuda/matmul.h"
 #include "common/error.h"
 #include "device_buffer.h"
-#include "model/llama_weights.h"
+#include "model/weights.h"
 #include "quant/dequantize.h"
 #include "quant/fp16.h"
 #include "quant/random_blocks.h"

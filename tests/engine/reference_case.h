@@ -3,13 +3,20 @@
 // continuation with its per-step margins.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <memory>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"
+#include "gguf/file.h"
+#include "model/hparams.h"
+#include "model/weights.h"
 #include "test_paths.h"
 
 namespace m40::test {
@@ -24,13 +31,16 @@ struct ReferenceCase {
   std::vector<int32_t> prompt;
   std::vector<GreedyStep> greedy;
 
-  static ReferenceCase load(const std::filesystem::path& stem) {
+  // `values_stem` (default: stem) names the run whose logits and greedy
+  // continuation to read, when it has no prompt file of its own.
+  static ReferenceCase load(const std::filesystem::path& stem, std::filesystem::path values_stem = {}) {
     ReferenceCase c;
-    c.stem = stem;
+    if (values_stem.empty()) values_stem = stem;
+    c.stem = values_stem;
     std::ifstream tokens_file(stem.string() + ".tokens.json");
     const auto tokens = nlohmann::json::parse(tokens_file);  // named: a range-for over a temporary's member dangles
     for (const auto& id : tokens.at("token_ids")) c.prompt.push_back(id.get<int32_t>());
-    std::ifstream greedy_file(stem.string() + ".greedy.json");
+    std::ifstream greedy_file(values_stem.string() + ".greedy.json");
     const auto greedy = nlohmann::json::parse(greedy_file);
     for (const auto& step : greedy.at("steps")) {
       c.greedy.push_back({step["id"].get<int32_t>(), step["margin_to_2nd"].get<float>()});
@@ -52,6 +62,34 @@ struct ReferenceCase {
 inline std::filesystem::path model_for_reference(const std::string& name) {
   auto top = shared_model(name + ".gguf");
   return std::filesystem::exists(top) ? top : shared_model("synthetic/" + name + ".gguf");
+}
+
+// A model file opened for the CPU engine.
+struct ModelUnderTest {
+  gguf::File file;
+  model::ModelHparams hparams;
+  model::ModelWeights weights;
+
+  explicit ModelUnderTest(const std::filesystem::path& path)
+      : file(gguf::File::open(path.string())),
+        hparams(model::ModelHparams::from_file(file)),
+        weights(model::ModelWeights::load(file, hparams)) {}
+
+  std::unique_ptr<cpu::CpuBackend> backend(backend::KvType kv = backend::KvType::F16, int n_ctx = 64) const {
+    cpu::CpuBackendOptions o;
+    o.n_ctx = n_ctx;
+    o.kv_type = kv;
+    o.threads = 2;
+    return std::make_unique<cpu::CpuBackend>(hparams, weights, o);
+  }
+};
+
+inline size_t argmax(const float* v, size_t n) { return static_cast<size_t>(std::max_element(v, v + n) - v); }
+
+inline float max_abs_diff(const float* a, const float* b, size_t n) {
+  float d = 0;
+  for (size_t i = 0; i < n; ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
 }
 
 }  // namespace m40::test

@@ -7,32 +7,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cpu/cpu_backend.h"
-#include "gguf/file.h"
 #include "reference_case.h"
 
 using namespace m40;
 
 namespace {
 
-struct ModelUnderTest {
-  gguf::File file;
-  model::LlamaHparams hparams;
-  model::LlamaWeights weights;
-
-  explicit ModelUnderTest(const std::filesystem::path& path)
-      : file(gguf::File::open(path.string())),
-        hparams(model::LlamaHparams::from_file(file)),
-        weights(model::LlamaWeights::load(file, hparams)) {}
-
-  std::unique_ptr<cpu::CpuBackend> backend(backend::KvType kv = backend::KvType::F16, int n_ctx = 64) const {
-    cpu::CpuBackendOptions o;
-    o.n_ctx = n_ctx;
-    o.kv_type = kv;
-    o.threads = 2;
-    return std::make_unique<cpu::CpuBackend>(hparams, weights, o);
-  }
-};
+using test::ModelUnderTest;
 
 struct Param {
   std::string model;
@@ -54,13 +35,8 @@ std::vector<Param> all_models() {
   return out;
 }
 
-size_t argmax(const float* v, size_t n) { return static_cast<size_t>(std::max_element(v, v + n) - v); }
-
-float max_abs_diff(const float* a, const float* b, size_t n) {
-  float d = 0;
-  for (size_t i = 0; i < n; ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
+using test::argmax;
+using test::max_abs_diff;
 
 class CpuReference : public ::testing::TestWithParam<Param> {
  protected:

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "gguf/file.h"
@@ -236,4 +238,299 @@ TEST_F(SyntheticLlama, BadShapesAndRecipesAreRefused) {
   o = options("f16");
   EXPECT_THROW(model::write_synthetic_llama(o, "/nonexistent-dir/x.gguf"), Error);
   EXPECT_FALSE(std::filesystem::exists(temp_model("bad")));
+}
+
+// ---------------------------------------------------------------------------
+// Architectures besides llama. The oracle for each is the tiny model of the
+// same architecture in models/arch/, which llama.cpp's gguf writer made and
+// llama.cpp loads and runs: our tiny-<arch> shape has its dimensions, so the
+// two files must hold the same tensors, shapes, types and hyperparameter keys.
+
+namespace {
+
+std::filesystem::path arch_model(const std::string& file) { return test::shared_model("arch/" + file); }
+
+// The keys that describe the model (not its tokenizer, name or provenance).
+std::map<std::string, gguf::Value> hparam_entries(const gguf::File& f) {
+  std::map<std::string, gguf::Value> out;
+  for (const auto& [key, value] : f.metadata().entries()) {
+    if (key.rfind("general.", 0) == 0 || key.rfind("tokenizer.", 0) == 0 || key.rfind("m40.", 0) == 0) continue;
+    out.emplace(key, value);
+  }
+  return out;
+}
+
+std::set<std::string> tensor_names(const gguf::File& f) {
+  std::set<std::string> names;
+  for (const auto& t : f.tensors()) names.insert(t.name);
+  return names;
+}
+
+struct ArchCase {
+  std::string shape;      // our tiny shape
+  std::string reference;  // models/arch/<reference>-F32.gguf (and -Q8_0 where it exists)
+  // What the reference has that ours must not, and the reverse, with why.
+  std::set<std::string> reference_only_tensors, our_only_tensors, reference_only_keys;
+  std::set<std::string> keys_with_other_values;
+};
+
+const std::vector<ArchCase>& arch_cases() {
+  static const std::vector<ArchCase> cases = {
+      {"tiny-qwen2", "tiny-qwen2", {}, {}, {}, {}},
+      {"tiny-qwen3", "tiny-qwen3", {}, {}, {}, {}},
+      {"tiny-gemma2", "tiny-gemma2", {}, {}, {}, {}},
+      {"tiny-gemma3", "tiny-gemma3", {}, {}, {}, {}},
+      // tiny-phi3 of models/arch/ is a Phi-3.5-mini (LongRoPE factors, 128K
+      // context, tied head); ours is a small Phi-4, which has none of these.
+      {"tiny-phi3",
+       "tiny-phi3",
+       {"rope_factors_long.weight", "rope_factors_short.weight"},
+       {"output.weight"},
+       {"phi3.rope.scaling.attn_factor"},
+       {"phi3.context_length", "phi3.rope.freq_base", "phi3.attention.sliding_window",
+        "phi3.rope.scaling.original_context_length"}},
+  };
+  return cases;
+}
+
+}  // namespace
+
+TEST(SyntheticArchitectures, TinyModelsHoldWhatLlamaCppWrites) {
+  for (const ArchCase& c : arch_cases()) {
+    for (const auto& [recipe, suffix] : std::vector<std::pair<std::string, std::string>>{{"f32", "F32"},
+                                                                                          {"q8_0", "Q8_0"}}) {
+      SCOPED_TRACE(c.shape + " " + recipe);
+      const auto ref_path = arch_model(c.reference + "-" + suffix + ".gguf");
+      if (!std::filesystem::exists(ref_path)) {
+        if (suffix == "F32") GTEST_SKIP() << "models/arch not found";
+        continue;  // not every architecture has a Q8_0 reference
+      }
+      gguf::File ref = gguf::File::open(ref_path.string());
+      model::SyntheticOptions o;
+      o.shape = *model::synthetic_shape(c.shape);
+      o.recipe = recipe;
+      o.tokenizer_source = &ref;  // the same vocabulary, so token_embd has the same shape
+      auto path = temp_model("arch_" + c.shape + "_" + recipe);
+      model::write_synthetic_llama(o, path.string());
+      gguf::File ours = gguf::File::open(path.string());
+
+      EXPECT_EQ(ours.metadata().get<std::string>("general.architecture"),
+                ref.metadata().get<std::string>("general.architecture"));
+
+      // Tensors: the same names (apart from the listed ones), shapes and types.
+      std::set<std::string> expected_names = tensor_names(ref);
+      for (const auto& n : c.reference_only_tensors) EXPECT_EQ(expected_names.erase(n), 1u) << n;
+      expected_names.insert(c.our_only_tensors.begin(), c.our_only_tensors.end());
+      EXPECT_EQ(tensor_names(ours), expected_names);
+      for (const auto& t : ref.tensors()) {
+        const gguf::TensorInfo* mine = ours.find_tensor(t.name);
+        if (mine == nullptr) continue;
+        EXPECT_EQ(mine->dims, t.dims) << t.name;
+        EXPECT_EQ(mine->type, t.type) << t.name;
+      }
+
+      // Hyperparameter keys: the same set; the same values unless listed.
+      const auto ref_keys = hparam_entries(ref), our_keys = hparam_entries(ours);
+      std::set<std::string> expected_keys, actual_keys;
+      for (const auto& [key, value] : ref_keys) {
+        if (!c.reference_only_keys.count(key)) expected_keys.insert(key);
+      }
+      for (const auto& [key, value] : our_keys) actual_keys.insert(key);
+      EXPECT_EQ(actual_keys, expected_keys);
+      for (const auto& [key, value] : our_keys) {
+        auto it = ref_keys.find(key);
+        if (it == ref_keys.end() || c.keys_with_other_values.count(key)) continue;
+        EXPECT_EQ(value, it->second) << key << ": ours " << value.to_display_string() << ", llama.cpp's "
+                                     << it->second.to_display_string();
+      }
+      std::filesystem::remove(path);
+    }
+  }
+}
+
+// The named shapes are the published models: their parameter counts (with
+// the models' own vocabulary sizes; gemma3's converter keeps 262144 of the
+// 262208 embedding rows) equal the totals of the released checkpoints.
+TEST(SyntheticArchitectures, NamedShapesHaveThePublishedParameterCounts) {
+  struct Expect {
+    const char* shape;
+    const char* architecture;
+    uint64_t n_vocab;
+    uint64_t parameters;
+  };
+  for (const Expect& e : {Expect{"llama2-7b", "llama", 32000, 6738415616ull},
+                          Expect{"llama3-8b", "llama", 128256, 8030261248ull},
+                          Expect{"qwen2.5-7b", "qwen2", 152064, 7615616512ull},
+                          Expect{"qwen3-8b", "qwen3", 151936, 8190735360ull},
+                          Expect{"qwen3-14b", "qwen3", 151936, 14768307200ull},
+                          Expect{"gemma2-9b", "gemma2", 256000, 9241705984ull},
+                          Expect{"gemma3-12b", "gemma3", 262144, 11765788416ull},
+                          Expect{"phi4-14b", "phi3", 100352, 14659507200ull}}) {
+    SCOPED_TRACE(e.shape);
+    auto shape = model::synthetic_shape(e.shape);
+    ASSERT_TRUE(shape.has_value());
+    EXPECT_EQ(shape->architecture, e.architecture);
+    EXPECT_EQ(model::plan_synthetic_model(*shape, "f16", e.n_vocab).parameter_count, e.parameters);
+  }
+}
+
+TEST(SyntheticArchitectures, NamedShapesHaveTheRealTensorShapes) {
+  auto dims_of = [](const std::string& shape, const std::string& tensor) {
+    const auto plan = model::plan_synthetic_model(*model::synthetic_shape(shape), "q4_k_m", 1024);
+    for (const auto& t : plan.tensors) {
+      if (t.name == tensor) return t.dims;
+    }
+    return std::vector<uint64_t>{};
+  };
+  using D = std::vector<uint64_t>;
+  EXPECT_EQ(dims_of("qwen2.5-7b", "blk.27.attn_k.bias"), D({512}));
+  EXPECT_EQ(dims_of("qwen2.5-7b", "output.weight"), D({3584, 1024}));
+  EXPECT_EQ(dims_of("qwen3-8b", "blk.0.attn_k_norm.weight"), D({128}));
+  EXPECT_EQ(dims_of("qwen3-14b", "blk.39.attn_output.weight"), D({5120, 5120}));
+  EXPECT_EQ(dims_of("gemma2-9b", "blk.41.attn_q.weight"), D({3584, 4096}));  // 16 heads of 256, not n_embd
+  EXPECT_EQ(dims_of("gemma2-9b", "blk.0.attn_output.weight"), D({4096, 3584}));
+  EXPECT_EQ(dims_of("gemma2-9b", "output.weight"), D{});  // tied
+  EXPECT_EQ(dims_of("gemma3-12b", "blk.47.post_ffw_norm.weight"), D({3840}));
+  EXPECT_EQ(dims_of("gemma3-12b", "blk.0.attn_v.weight"), D({3840, 2048}));
+  EXPECT_EQ(dims_of("phi4-14b", "blk.0.attn_qkv.weight"), D({5120, 5120 + 2 * 1280}));
+  EXPECT_EQ(dims_of("phi4-14b", "blk.0.ffn_up.weight"), D({5120, 2 * 17920}));
+  EXPECT_EQ(dims_of("phi4-14b", "blk.0.ffn_gate.weight"), D{});
+  EXPECT_EQ(dims_of("phi4-14b", "output.weight"), D({5120, 1024}));
+}
+
+// llama_tensor_get_type (llama.cpp src/llama-quant.cpp) on the new tensors:
+// attn_qkv is in attn_v's category, a tied token_embd is typed as the output
+// head, and vectors (biases, Q/K norms, post norms) stay F32.
+TEST(SyntheticArchitectures, NewTensorsAreTypedAsLlamaQuantizeTypesThem) {
+  auto type_of = [](model::SyntheticShape shape, const std::string& recipe, const std::string& tensor) {
+    for (const auto& t : model::plan_synthetic_model(shape, recipe, 1024).tensors) {
+      if (t.name == tensor) return t.type;
+    }
+    ADD_FAILURE() << "no " << tensor;
+    return TensorType::F32;
+  };
+  auto phi3 = *model::synthetic_shape("tiny-phi3");
+  phi3.n_layer = 32;
+  phi3.n_embd = 256;
+  phi3.n_ff = 256;
+  phi3.n_head_kv = 4;  // one query head per KV head
+  EXPECT_EQ(type_of(phi3, "q4_k_m", "blk.3.attn_qkv.weight"), TensorType::Q6_K);  // use_more_bits as attn_v
+  EXPECT_EQ(type_of(phi3, "q4_k_m", "blk.4.attn_qkv.weight"), TensorType::Q4_K);
+  EXPECT_EQ(type_of(phi3, "q4_k_m", "blk.6.attn_qkv.weight"), TensorType::Q6_K);
+  EXPECT_EQ(type_of(phi3, "q4_k_m", "blk.4.ffn_up.weight"), TensorType::Q4_K);
+  EXPECT_EQ(type_of(phi3, "q4_k_m", "blk.28.ffn_down.weight"), TensorType::Q6_K);
+  EXPECT_EQ(type_of(phi3, "q4_k_m", "token_embd.weight"), TensorType::Q4_K);  // untied: the recipe's type
+  EXPECT_EQ(type_of(phi3, "q4_k_m", "output.weight"), TensorType::Q6_K);
+  EXPECT_EQ(type_of(phi3, "q3_k_m", "blk.1.attn_qkv.weight"), TensorType::Q5_K);
+  EXPECT_EQ(type_of(phi3, "q3_k_m", "blk.2.attn_qkv.weight"), TensorType::Q4_K);
+  EXPECT_EQ(type_of(phi3, "q3_k_l", "blk.9.attn_qkv.weight"), TensorType::Q5_K);
+  EXPECT_EQ(type_of(phi3, "q2_k", "blk.9.attn_qkv.weight"), TensorType::Q3_K);
+  EXPECT_EQ(type_of(phi3, "q4_k", "blk.3.attn_qkv.weight"), TensorType::Q5_K);
+  phi3.n_head_kv = 1;  // 4 query heads per KV head (n_gqa() >= 4)
+  EXPECT_EQ(type_of(phi3, "q2_k", "blk.9.attn_qkv.weight"), TensorType::Q4_K);
+  EXPECT_EQ(type_of(phi3, "iq4_xs", "blk.9.attn_qkv.weight"), TensorType::Q5_K);
+
+  auto gemma3 = *model::synthetic_shape("tiny-gemma3");
+  gemma3.n_embd = 256;
+  gemma3.n_ff = 256;
+  gemma3.head_dim = 64;
+  EXPECT_EQ(type_of(gemma3, "q4_k_m", "token_embd.weight"), TensorType::Q6_K);  // tied: the head's type
+  EXPECT_EQ(type_of(gemma3, "q4_0", "token_embd.weight"), TensorType::Q6_K);
+  EXPECT_EQ(type_of(gemma3, "q8_0", "token_embd.weight"), TensorType::Q8_0);
+  EXPECT_EQ(type_of(gemma3, "f16", "token_embd.weight"), TensorType::F16);
+  EXPECT_EQ(type_of(gemma3, "q4_k_m", "blk.0.attn_q_norm.weight"), TensorType::F32);
+  EXPECT_EQ(type_of(gemma3, "q4_k_m", "blk.0.post_attention_norm.weight"), TensorType::F32);
+  EXPECT_EQ(type_of(gemma3, "q4_k_m", "blk.2.post_ffw_norm.weight"), TensorType::F32);
+  gemma3.n_embd = 64;  // rows that do not fit Q4_K blocks: llama.cpp takes Q8_0 for the head
+  EXPECT_EQ(type_of(gemma3, "q4_k_m", "token_embd.weight"), TensorType::Q8_0);
+
+  auto qwen2 = *model::synthetic_shape("tiny-qwen2");
+  qwen2.n_embd = 256;
+  qwen2.n_ff = 256;
+  EXPECT_EQ(type_of(qwen2, "q4_k_m", "token_embd.weight"), TensorType::Q6_K);
+  EXPECT_EQ(type_of(qwen2, "q4_k_m", "blk.0.attn_q.bias"), TensorType::F32);
+  qwen2.tied_output = false;  // as Qwen2.5-7B
+  EXPECT_EQ(type_of(qwen2, "q4_k_m", "token_embd.weight"), TensorType::Q4_K);
+  EXPECT_EQ(type_of(qwen2, "q4_k_m", "output.weight"), TensorType::Q6_K);
+}
+
+// Biases are drawn small around 0, the extra norms near 1, and a tied
+// token_embd at the output head's scale (it is the head).
+TEST(SyntheticArchitectures, NewTensorsHaveTheirIntendedStatistics) {
+  const auto tok_path = arch_model("tiny-qwen2-F32.gguf");
+  if (!std::filesystem::exists(tok_path)) GTEST_SKIP() << "models/arch not found";
+  gguf::File tokenizer = gguf::File::open(tok_path.string());
+  struct Expect {
+    const char* shape;
+    const char* tensor;
+    double mean, sd;
+  };
+  std::map<std::string, std::unique_ptr<gguf::File>> files;
+  for (const Expect& e : {Expect{"tiny-qwen2", "blk.0.attn_q.bias", 0.0, 0.02},
+                          Expect{"tiny-qwen2", "blk.1.attn_k.bias", 0.0, 0.02},
+                          Expect{"tiny-qwen2", "token_embd.weight", 0.0, 4.0 / std::sqrt(1024.0)},
+                          Expect{"tiny-gemma3", "blk.0.post_attention_norm.weight", 1.0, 0.1},
+                          Expect{"tiny-gemma3", "blk.2.attn_k_norm.weight", 1.0, 0.1},
+                          Expect{"tiny-gemma3", "blk.1.attn_output.weight", 0.0, 1.0 / std::sqrt(1024.0)},
+                          Expect{"tiny-phi3", "blk.0.attn_qkv.weight", 0.0, 1.0 / std::sqrt(1024.0)}}) {
+    SCOPED_TRACE(std::string(e.shape) + " " + e.tensor);
+    auto& f = files[e.shape];
+    if (!f) {
+      model::SyntheticOptions o;
+      o.shape = *model::synthetic_shape(e.shape);
+      // Wide enough for every checked vector to hold 256+ values, with
+      // projections 1024 wide (gemma3: 4 heads of 256).
+      o.shape.n_embd = 1024;
+      if (o.shape.architecture == "gemma3") o.shape.head_dim = 256;
+      o.recipe = "f32";
+      o.tokenizer_source = &tokenizer;
+      auto path = temp_model(std::string("stats_") + e.shape);
+      model::write_synthetic_llama(o, path.string());
+      f = std::make_unique<gguf::File>(gguf::File::open(path.string()));
+      std::filesystem::remove(path);
+    }
+    const gguf::TensorInfo& t = f->tensor(e.tensor);
+    ASSERT_EQ(t.type, TensorType::F32);
+    const auto bytes = f->tensor_data(t);
+    std::vector<float> values(t.element_count);
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    double sum = 0, sum2 = 0;
+    for (float v : values) {
+      sum += v;
+      sum2 += static_cast<double>(v) * v;
+    }
+    const double n = static_cast<double>(values.size());
+    const double mean = sum / n, sd = std::sqrt(sum2 / n - mean * mean);
+    EXPECT_NEAR(mean, e.mean, 4 * e.sd / std::sqrt(n) + 1e-6);
+    EXPECT_NEAR(sd, e.sd, 0.15 * e.sd);
+  }
+}
+
+TEST(SyntheticArchitectures, InconsistentShapesAreRefused) {
+  auto shape = *model::synthetic_shape("tiny-qwen2");
+  shape.architecture = "gpt5";
+  EXPECT_THROW(model::plan_synthetic_model(shape, "f16", 1024), Error);
+  shape = *model::synthetic_shape("tiny-qwen2");
+  shape.head_dim = 64;  // qwen2 takes its head dimension from n_embd / n_head (32)
+  EXPECT_THROW(model::plan_synthetic_model(shape, "f16", 1024), Error);
+  shape = *model::synthetic_shape("tiny-gemma2");
+  shape.tied_output = false;  // llama.cpp would never read gemma2's output.weight
+  EXPECT_THROW(model::plan_synthetic_model(shape, "f16", 1024), Error);
+  shape = *model::synthetic_shape("tiny-gemma3");
+  shape.n_embd = 100;  // gemma takes key_length, so n_embd need not divide into heads
+  EXPECT_NO_THROW(model::plan_synthetic_model(shape, "f16", 1024));
+  shape.head_dim = 33;
+  EXPECT_THROW(model::plan_synthetic_model(shape, "f16", 1024), Error);
+}
+
+TEST(SyntheticArchitectures, EveryArchitectureHasATinyShape) {
+  const auto names = model::synthetic_shape_names();
+  for (const auto& arch : model::synthetic_architectures()) {
+    bool found = false;
+    for (const auto& name : names) {
+      const auto shape = model::synthetic_shape(name);
+      found |= shape->architecture == arch && shape->n_embd <= 256 && shape->n_layer <= 3;
+    }
+    EXPECT_TRUE(found) << arch;
+  }
 }

@@ -21,7 +21,7 @@ void add_in_place(float* y, const float* x, int64_t n) {
 }
 }  // namespace
 
-CpuBackend::CpuBackend(const model::LlamaHparams& hparams, const model::LlamaWeights& weights,
+CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights,
                        CpuBackendOptions options)
     : hparams_(hparams),
       weights_(weights),
@@ -31,19 +31,24 @@ CpuBackend::CpuBackend(const model::LlamaHparams& hparams, const model::LlamaWei
           options.kv_type),
       filled_(options.n_seq, 0) {
   if (options.n_ctx <= 0 || options.n_seq <= 0) throw Error("the context size and sequence count must be positive");
-  rope_.head_dim = static_cast<int>(hparams.head_dim());
-  rope_.n_rot = static_cast<int>(hparams.n_rot);
-  rope_.freq_base = hparams.rope_freq_base;
-  rope_.freq_scale = hparams.rope_scaling == model::RopeScaling::Linear ? 1.0f / hparams.rope_scaling_factor : 1.0f;
-  rope_.style = hparams.rope_style();
-  rope_freq_factors_ = vector_of(weights.rope_freqs);
-  rope_.freq_factors = rope_freq_factors_.empty() ? nullptr : rope_freq_factors_.data();
+  if (const model::WeightView* factors = weights.rope_factors(hparams, static_cast<uint32_t>(options.n_ctx))) {
+    rope_freq_factors_ = vector_of(*factors);
+  }
+  const float* factors = rope_freq_factors_.empty() ? nullptr : rope_freq_factors_.data();
+  for (uint32_t l = 0; l < hparams.n_layer; ++l) {
+    layer_rope_.push_back(rope_params(hparams, hparams.rope_for_layer(l), factors));
+  }
   for (const auto& l : weights.layers) {
     attn_norm_.push_back(vector_of(l.attn_norm));
     ffn_norm_.push_back(vector_of(l.ffn_norm));
     bq_.push_back(vector_of(l.bq));
     bk_.push_back(vector_of(l.bk));
     bv_.push_back(vector_of(l.bv));
+    bo_.push_back(vector_of(l.bo));
+    q_norm_.push_back(vector_of(l.q_norm));
+    k_norm_.push_back(vector_of(l.k_norm));
+    post_attn_norm_.push_back(vector_of(l.post_attn_norm));
+    post_ffn_norm_.push_back(vector_of(l.post_ffn_norm));
   }
   output_norm_ = vector_of(weights.output_norm);
 }
@@ -53,11 +58,26 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
   const auto& hp = hparams_;
   const int64_t n = static_cast<int64_t>(batch.size());
   const int64_t n_embd = hp.n_embd, q_dim = hp.q_dim(), kv_dim = hp.kv_dim(), n_ff = hp.n_ff;
+  const int head_dim = static_cast<int>(hp.head_dim());
 
   std::vector<float> x(n * n_embd), xn(n * n_embd), q(n * q_dim), k(n * kv_dim), v(n * kv_dim);
   std::vector<float> attn(n * q_dim), proj(n * n_embd), gate(n * n_ff), up(n * n_ff);
 
   for (int64_t t = 0; t < n; ++t) get_row(weights_.token_embd, batch.tokens[t], x.data() + t * n_embd);
+  if (hp.embedding_scale != 1.0f) scale(x.data(), n * n_embd, hp.embedding_scale);
+
+  // A branch's output (attention or FFN, in proj) joins the residual stream:
+  // RMSNorm'd first where the architecture has post-norms, scaled where it
+  // has a residual scale.
+  const auto add_branch = [&](const std::vector<float>& post_norm) {
+    if (!post_norm.empty()) {
+      for (int64_t t = 0; t < n; ++t) {
+        rms_norm(proj.data() + t * n_embd, post_norm.data(), proj.data() + t * n_embd, n_embd, hp.rms_eps);
+      }
+    }
+    if (hp.residual_scale != 1.0f) scale(proj.data(), n * n_embd, hp.residual_scale);
+    add_in_place(x.data(), proj.data(), n * n_embd);
+  };
 
   for (int layer = 0; layer < static_cast<int>(hp.n_layer); ++layer) {
     const model::LayerWeights& w = weights_.layers[layer];
@@ -67,30 +87,53 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
     matmul(w.wq, xn.data(), n, q.data(), pool_);
     matmul(w.wk, xn.data(), n, k.data(), pool_);
     matmul(w.wv, xn.data(), n, v.data(), pool_);
+    const bool rope_on = hp.rope_layers[layer] != 0;
     for (int64_t t = 0; t < n; ++t) {
+      float* qt = q.data() + t * q_dim;
+      float* kt = k.data() + t * kv_dim;
+      float* vt = v.data() + t * kv_dim;
       if (!bq_[layer].empty()) {
-        add_in_place(q.data() + t * q_dim, bq_[layer].data(), q_dim);
-        add_in_place(k.data() + t * kv_dim, bk_[layer].data(), kv_dim);
-        add_in_place(v.data() + t * kv_dim, bv_[layer].data(), kv_dim);
+        add_in_place(qt, bq_[layer].data(), q_dim);
+        add_in_place(kt, bk_[layer].data(), kv_dim);
+        add_in_place(vt, bv_[layer].data(), kv_dim);
       }
-      rope(q.data() + t * q_dim, static_cast<int>(hp.n_head), batch.positions[t], rope_);
-      rope(k.data() + t * kv_dim, static_cast<int>(hp.n_head_kv), batch.positions[t], rope_);
-      kv_.store(layer, batch.seq_ids[t], batch.positions[t], k.data() + t * kv_dim, v.data() + t * kv_dim);
+      if (!q_norm_[layer].empty()) {  // per-head RMSNorm of Q and K
+        for (uint32_t h = 0; h < hp.n_head; ++h) {
+          rms_norm(qt + h * head_dim, q_norm_[layer].data(), qt + h * head_dim, head_dim, hp.rms_eps);
+        }
+        for (uint32_t h = 0; h < hp.n_head_kv; ++h) {
+          rms_norm(kt + h * head_dim, k_norm_[layer].data(), kt + h * head_dim, head_dim, hp.rms_eps);
+        }
+      }
+      if (rope_on) {
+        rope(qt, static_cast<int>(hp.n_head), batch.positions[t], layer_rope_[layer]);
+        rope(kt, static_cast<int>(hp.n_head_kv), batch.positions[t], layer_rope_[layer]);
+      }
+      if (hp.attn_temperature_scale != 0.0f) scale(qt, q_dim, hp.attention_temperature(batch.positions[t]));
+      kv_.store(layer, batch.seq_ids[t], batch.positions[t], kt, vt);
     }
-    AttentionShape shape{static_cast<int>(hp.n_head), static_cast<int>(hp.n_head_kv), static_cast<int>(hp.head_dim())};
+    AttentionShape shape{static_cast<int>(hp.n_head), static_cast<int>(hp.n_head_kv), head_dim, hp.attention_scale,
+                         hp.attn_softcap, static_cast<int>(hp.window_of_layer(layer))};
     cpu::attention(kv_, layer, shape, q.data(), batch.seq_ids.data(), batch.positions.data(), static_cast<int>(n),
                    attn.data(), pool_);
     matmul(w.wo, attn.data(), n, proj.data(), pool_);
-    add_in_place(x.data(), proj.data(), n * n_embd);
+    if (!bo_[layer].empty()) {
+      for (int64_t t = 0; t < n; ++t) add_in_place(proj.data() + t * n_embd, bo_[layer].data(), n_embd);
+    }
+    add_branch(post_attn_norm_[layer]);
 
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(x.data() + t * n_embd, ffn_norm_[layer].data(), xn.data() + t * n_embd, n_embd, hp.rms_eps);
     }
     matmul(w.w_gate, xn.data(), n, gate.data(), pool_);
     matmul(w.w_up, xn.data(), n, up.data(), pool_);
-    silu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
+    if (hp.desc->activation == model::FfnActivation::GeluTanh) {
+      gelu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
+    } else {
+      silu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
+    }
     matmul(w.w_down, gate.data(), n, proj.data(), pool_);
-    add_in_place(x.data(), proj.data(), n * n_embd);
+    add_branch(post_ffn_norm_[layer]);
   }
 
   backend::advance_cached(batch, filled_);
@@ -102,7 +145,11 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
     rms_norm(x.data() + t * n_embd, output_norm_.data(), xn.data() + n_out * n_embd, n_embd, hp.rms_eps);
     ++n_out;
   }
-  if (n_out > 0) matmul(weights_.output, xn.data(), n_out, logits.data(), pool_);
+  if (n_out == 0) return;
+  matmul(weights_.output, xn.data(), n_out, logits.data(), pool_);
+  const int64_t n_logits = n_out * static_cast<int64_t>(hp.n_vocab);
+  if (hp.logit_scale != 1.0f) scale(logits.data(), n_logits, hp.logit_scale);
+  if (hp.final_softcap > 0.0f) softcap(logits.data(), n_logits, hp.final_softcap);
 }
 
 }  // namespace m40::cpu

@@ -1,4 +1,4 @@
-// The CPU backend: the llama forward pass in FP32 over weights read straight
+// The CPU backend: the forward pass of every runnable architecture in FP32 over weights read straight
 // from the GGUF mapping, a KV cache in FP16 (or FP32), and a thread pool over
 // matrix rows and attention heads.
 #pragma once
@@ -9,8 +9,8 @@
 #include "backends/cpu/kv_cache.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
-#include "model/llama_hparams.h"
-#include "model/llama_weights.h"
+#include "model/hparams.h"
+#include "model/weights.h"
 
 namespace m40::cpu {
 
@@ -24,7 +24,7 @@ struct CpuBackendOptions {
 class CpuBackend : public backend::Backend {
  public:
   // `weights` views the model's mapping, which must outlive the backend.
-  CpuBackend(const model::LlamaHparams& hparams, const model::LlamaWeights& weights, CpuBackendOptions options);
+  CpuBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights, CpuBackendOptions options);
 
   std::string name() const override { return "CPU"; }
   int n_ctx() const override { return options_.n_ctx; }
@@ -37,14 +37,16 @@ class CpuBackend : public backend::Backend {
 
  private:
 
-  model::LlamaHparams hparams_;
-  const model::LlamaWeights& weights_;
+  model::ModelHparams hparams_;
+  const model::ModelWeights& weights_;
   CpuBackendOptions options_;
   ThreadPool pool_;
   KvCache kv_;
-  RopeParams rope_;
   std::vector<float> rope_freq_factors_;
-  std::vector<std::vector<float>> attn_norm_, ffn_norm_, bq_, bk_, bv_;
+  std::vector<RopeParams> layer_rope_;  // per layer; only where hparams_.rope_layers says it applies
+  // The layers' vectors (norms, biases) as floats; empty where a layer has none.
+  std::vector<std::vector<float>> attn_norm_, ffn_norm_, bq_, bk_, bv_, bo_, q_norm_, k_norm_, post_attn_norm_,
+      post_ffn_norm_;
   std::vector<float> output_norm_;
   std::vector<int> filled_;  // positions cached per sequence
 };

@@ -42,9 +42,17 @@ void rope(float* vec, int n_heads, int32_t pos, const RopeParams& p) {
   float theta_base = static_cast<float>(pos);
   for (int i = 0; i < pairs; ++i) {
     const float ff = p.freq_factors != nullptr ? p.freq_factors[i] : 1.0f;
-    const float theta = p.freq_scale * (theta_base / ff);
-    cos_t[i] = std::cos(theta);
-    sin_t[i] = std::sin(theta);
+    const float theta_extrap = theta_base / ff;
+    float theta = p.freq_scale * theta_extrap;
+    if (p.ext_factor != 0.0f) {
+      // YaRN: pairs below corr_low keep their extrapolated angle, pairs
+      // above corr_high the interpolated one, a linear ramp between.
+      const float y = (static_cast<float>(i) - p.corr_low) / std::max(0.001f, p.corr_high - p.corr_low);
+      const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+      theta = theta * (1.0f - mix) + theta_extrap * mix;
+    }
+    cos_t[i] = std::cos(theta) * p.magnitude;
+    sin_t[i] = std::sin(theta) * p.magnitude;
     theta_base *= theta_scale;
   }
   for (int h = 0; h < n_heads; ++h) {
@@ -60,8 +68,41 @@ void rope(float* vec, int n_heads, int32_t pos, const RopeParams& p) {
   }
 }
 
+RopeParams rope_params(const model::ModelHparams& hp, const model::RopeSettings& settings,
+                       const float* freq_factors) {
+  RopeParams p;
+  p.head_dim = static_cast<int>(hp.head_dim());
+  p.n_rot = static_cast<int>(hp.n_rot);
+  p.freq_base = settings.freq_base;
+  p.freq_scale = settings.freq_scale;
+  p.ext_factor = settings.ext_factor;
+  p.corr_low = settings.corr_low;
+  p.corr_high = settings.corr_high;
+  p.magnitude = settings.magnitude;
+  p.style = hp.rope_style();
+  p.freq_factors = freq_factors;
+  return p;
+}
+
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  constexpr float kCubic = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCubic * x * x))) * up[i];
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void scale(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 void softmax(float* x, int64_t n) {

@@ -21,15 +21,27 @@ constexpr size_t kStagingBytes = 64ull << 20;
 
 }  // namespace
 
-CudaBackend::CudaBackend(const model::LlamaHparams& hparams, const model::LlamaWeights& weights,
+CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights,
                          CudaBackendOptions options)
     : hparams_(hparams), options_(options) {
   if (options.n_ctx <= 0 || options.n_seq <= 0 || options.max_batch <= 0) {
     throw Error("the context size, sequence count and batch size must be positive");
   }
   filled_.assign(static_cast<size_t>(options.n_seq), 0);
-  if (hparams.traits->attention_qkv_bias || hparams.traits->attention_qk_norm) {
-    throw Error("the CUDA backend does not run " + hparams.architecture + " yet: use --cpu");
+  {
+    // Features of the architecture layer the CUDA forward pass does not apply yet.
+    bool plain = hparams.embedding_scale == 1.0f && hparams.attn_softcap == 0.0f && hparams.residual_scale == 1.0f &&
+                 hparams.logit_scale == 1.0f && hparams.final_softcap == 0.0f &&
+                 hparams.attn_temperature_scale == 0.0f && hparams.sliding_window == 0 &&
+                 hparams.desc->activation == model::FfnActivation::Silu &&
+                 hparams.attention_scale == 1.0f / std::sqrt(static_cast<float>(hparams.head_dim())) &&
+                 hparams.rope_global.ext_factor == 0.0f && hparams.rope_global.magnitude == 1.0f &&
+                 !weights.rope_factors_long.present();
+    for (uint32_t l = 0; l < hparams.n_layer; ++l) plain = plain && hparams.rope_layers[l] != 0;
+    for (const auto& l : weights.layers) {
+      plain = plain && !l.bq.present() && !l.q_norm.present() && !l.bo.present() && !l.post_attn_norm.present();
+    }
+    if (!plain) throw Error("the CUDA backend does not run " + hparams.architecture + " yet: use --cpu");
   }
   const int count = device_count();
   if (count == 0) throw Error("no CUDA GPU is available: use --cpu");
@@ -57,7 +69,7 @@ CudaBackend::CudaBackend(const model::LlamaHparams& hparams, const model::LlamaW
   }
 }
 
-void CudaBackend::allocate(const model::LlamaWeights& weights) {
+void CudaBackend::allocate(const model::ModelWeights& weights) {
   M40_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   M40_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   upload_weights(weights);
@@ -177,7 +189,7 @@ DeviceWeight back_to_back(std::initializer_list<const DeviceWeight*> matrices) {
 
 }  // namespace
 
-void CudaBackend::upload_weights(const model::LlamaWeights& weights) {
+void CudaBackend::upload_weights(const model::ModelWeights& weights) {
   weights_arena_ = Arena(plan_.weights);
   Uploader up(copy_stream_);
   token_embd_ = upload_matrix(weights.token_embd, up);
@@ -216,8 +228,8 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
   RopeConfig rope_config;
   rope_config.head_dim = static_cast<int>(hp.head_dim());
   rope_config.n_rot = static_cast<int>(hp.n_rot);
-  rope_config.freq_base = hp.rope_freq_base;
-  rope_config.freq_scale = hp.rope_scaling == model::RopeScaling::Linear ? 1.0f / hp.rope_scaling_factor : 1.0f;
+  rope_config.freq_base = hp.rope_global.freq_base;
+  rope_config.freq_scale = hp.rope_global.freq_scale;
   rope_config.neox = hp.rope_style() == model::RopeStyle::NeoX;
   rope_config.freq_factors = rope_freqs_;
   const AttentionShape shape{static_cast<int>(hp.n_head), static_cast<int>(hp.n_head_kv),

@@ -15,8 +15,8 @@
 #include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/memory_plan.h"
-#include "model/llama_hparams.h"
-#include "model/llama_weights.h"
+#include "model/hparams.h"
+#include "model/weights.h"
 
 namespace m40::cuda {
 
@@ -33,7 +33,7 @@ class CudaBackend : public backend::Backend {
  public:
   // Plans memory (throws m40::Error with the numbers if it does not fit),
   // then uploads the weights from the mapping through pinned staging memory.
-  CudaBackend(const model::LlamaHparams& hparams, const model::LlamaWeights& weights, CudaBackendOptions options);
+  CudaBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights, CudaBackendOptions options);
   ~CudaBackend() override;
 
   std::string name() const override;
@@ -61,9 +61,9 @@ class CudaBackend : public backend::Backend {
   class Uploader;
   // The constructor's part that creates the streams and allocates and
   // uploads everything (the constructor destroys the streams if it throws).
-  void allocate(const model::LlamaWeights& weights);
+  void allocate(const model::ModelWeights& weights);
   void destroy_streams();
-  void upload_weights(const model::LlamaWeights& weights);
+  void upload_weights(const model::ModelWeights& weights);
   DeviceWeight upload_matrix(const model::WeightView& w, Uploader& uploader);
   const float* upload_vector(const model::WeightView& w);
   // Enqueues the layers for the n tokens already in the device id buffers,
@@ -76,7 +76,7 @@ class CudaBackend : public backend::Backend {
   void enqueue_output(const float* rows, int n_out);
   void run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* logits_out, size_t& logits_written);
 
-  model::LlamaHparams hparams_;
+  model::ModelHparams hparams_;
   CudaBackendOptions options_;
   std::string device_name_;
   MemoryPlan plan_;

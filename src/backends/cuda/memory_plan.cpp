@@ -40,7 +40,7 @@ std::string MemoryPlan::describe() const {
          ", reserve " + gib(reserve) + ")";
 }
 
-MemoryPlan plan_memory(const model::LlamaHparams& hp, const model::LlamaWeights& w, const PlanShape& shape) {
+MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights& w, const PlanShape& shape) {
   MemoryPlan plan;
   plan.weights = weight_bytes(w.token_embd) + weight_bytes(w.output_norm) + weight_bytes(w.rope_freqs) +
                  (w.tied_output ? 0 : weight_bytes(w.output));

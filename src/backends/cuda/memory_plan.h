@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "model/llama_hparams.h"
-#include "model/llama_weights.h"
+#include "model/hparams.h"
+#include "model/weights.h"
 
 namespace m40::cuda {
 
@@ -27,7 +27,7 @@ struct PlanShape {
   int max_logit_rows = 32;  // output-head rows computed at once
 };
 
-MemoryPlan plan_memory(const model::LlamaHparams& hparams, const model::LlamaWeights& weights, const PlanShape& shape);
+MemoryPlan plan_memory(const model::ModelHparams& hparams, const model::ModelWeights& weights, const PlanShape& shape);
 
 // Throws m40::Error saying what is needed against what is available when
 // the plan does not fit in `available` bytes.

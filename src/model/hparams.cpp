@@ -1,6 +1,9 @@
-#include "model/llama_hparams.h"
+#include "model/hparams.h"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <numbers>
 #include <variant>
 
 #include "gguf/file.h"
@@ -8,14 +11,6 @@
 namespace m40::model {
 
 namespace {
-
-// One row per architecture: adding a llama-shaped architecture is one line.
-constexpr ArchitectureTraits kArchitectures[] = {
-    // name     rope style         qkv bias  qk norm  runnable
-    {"llama", RopeStyle::Normal, false, false, true},
-    {"qwen2", RopeStyle::NeoX, true, false, false},
-    {"qwen3", RopeStyle::NeoX, false, true, false},
-};
 
 struct RopeScalingName {
   RopeScaling scaling;
@@ -27,15 +22,6 @@ constexpr RopeScalingName kRopeScalingNames[] = {
     {RopeScaling::Yarn, "yarn"},
     {RopeScaling::LongRope, "longrope"},
 };
-
-std::string known_architecture_list() {
-  std::string list;
-  for (const auto& a : kArchitectures) {
-    if (!list.empty()) list += ", ";
-    list += a.name;
-  }
-  return list;
-}
 
 // Reads keys under one architecture prefix; every error names the full key.
 class KeyReader {
@@ -109,10 +95,145 @@ uint32_t vocabulary_size(const gguf::Metadata& metadata, const KeyReader& keys, 
                      "' nor 'tokenizer.ggml.tokens', and there is no token_embd.weight");
 }
 
+// Reads the keys of the architecture's features and resolves them into the
+// values the forward pass applies, with llama.cpp's defaults.
+void resolve_features(ModelHparams& hp, const KeyReader& keys) {
+  const Architecture& a = *hp.desc;
+  const auto key = [&](std::string_view suffix) { return arch_key(hp.architecture, suffix); };
+  const auto positive = [&](std::string_view suffix, float value) {
+    if (!(value > 0.0f) || !std::isfinite(value)) inconsistent(key(suffix) + " must be a positive number");
+    return value;
+  };
+  const auto finite = [&](std::string_view suffix, float value) {
+    if (!std::isfinite(value)) inconsistent(key(suffix) + " must be a finite number");
+    return value;
+  };
+  finite("rope.scaling.attn_factor", hp.rope_attn_factor);
+
+  // Scales.
+  hp.attention_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd_head));
+  if (a.embedding_scale_sqrt_n_embd) hp.embedding_scale = std::sqrt(static_cast<float>(hp.n_embd));
+  if (a.gemma_attention_scale) {
+    // Gemma 2 and 3 27B scale by 1/sqrt(n_embd / n_head) (gemma_pytorch's
+    // query_pre_attn_scalar); llama.cpp recognises them by their layer count.
+    const bool is_27b = (a.name == "gemma2" && hp.n_layer == 46) || (a.name == "gemma3" && hp.n_layer == 62);
+    if (is_27b) hp.attention_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
+  }
+  if (a.granite_multipliers) {
+    // llama.cpp reads these as 0 when absent, and 0 means "off".
+    if (auto v = keys.optional<float>("embedding_scale"); v && *v != 0.0f) {
+      hp.embedding_scale = finite("embedding_scale", *v);
+    }
+    if (auto v = keys.optional<float>("residual_scale"); v && *v != 0.0f) {
+      hp.residual_scale = finite("residual_scale", *v);
+    }
+    if (auto v = keys.optional<float>("attention.scale"); v && *v != 0.0f) {
+      hp.attention_scale = finite("attention.scale", *v);
+    }
+    const float logit_divisor = keys.required<float>("logit_scale");
+    if (logit_divisor != 0.0f) hp.logit_scale = 1.0f / positive("logit_scale", logit_divisor);
+  }
+  if (a.attention_softcap) {
+    hp.attn_softcap = keys.optional<float>("attn_logit_softcapping").value_or(50.0f);
+    if (hp.attn_softcap != 0.0f) positive("attn_logit_softcapping", hp.attn_softcap);
+  }
+  if (a.reads_final_softcap) {
+    hp.final_softcap = keys.optional<float>("final_logit_softcapping").value_or(a.default_final_softcap);
+    if (hp.final_softcap != 0.0f) positive("final_logit_softcapping", hp.final_softcap);
+  }
+  if (a.attention_temperature) {
+    hp.attn_temperature_scale = finite("attention.temperature_scale",
+                                       keys.optional<float>("attention.temperature_scale").value_or(0.0f));
+    if (hp.attn_temperature_scale != 0.0f) hp.attn_temperature_length = hp.rope_scaling_orig_ctx;
+  }
+
+  // Sliding windows.
+  hp.swa_layers.assign(hp.n_layer, 0);
+  uint32_t pattern = 0;
+  if (a.sliding_window == SlidingWindow::Gemma2) {
+    hp.sliding_window = keys.optional<uint32_t>("attention.sliding_window").value_or(4096);
+    pattern = keys.optional<uint32_t>("attention.sliding_window_pattern").value_or(2);
+  } else if (a.sliding_window == SlidingWindow::Gemma3) {
+    hp.sliding_window = keys.optional<uint32_t>("attention.sliding_window").value_or(0);
+    if (hp.sliding_window > 0) pattern = keys.optional<uint32_t>("attention.sliding_window_pattern").value_or(6);
+  }
+  if (hp.sliding_window > 0) {
+    // llama.cpp's set_swa_pattern: a pattern of 0 makes every layer local.
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+      hp.swa_layers[il] = pattern == 0 || il % pattern < pattern - 1 ? 1 : 0;
+    }
+  }
+
+  // RoPE: which layers apply it, and how each kind of layer scales it.
+  bool rope_on = true;
+  if (a.rope_switch) rope_on = keys.optional<bool>("rope.scaling.finetuned").value_or(true);
+  hp.rope_layers.assign(hp.n_layer, rope_on ? 1 : 0);
+  if (a.no_rope_layer_step > 0) {
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+      if ((il + 1) % a.no_rope_layer_step == 0) hp.rope_layers[il] = 0;
+    }
+  }
+  if (a.yarn_keys) {
+    hp.yarn_beta_fast = finite("rope.scaling.yarn_beta_fast",
+                               keys.optional<float>("rope.scaling.yarn_beta_fast").value_or(hp.yarn_beta_fast));
+    hp.yarn_beta_slow = finite("rope.scaling.yarn_beta_slow",
+                               keys.optional<float>("rope.scaling.yarn_beta_slow").value_or(hp.yarn_beta_slow));
+    hp.yarn_log_multiplier = finite("rope.scaling.yarn_log_multiplier",
+                                    keys.optional<float>("rope.scaling.yarn_log_multiplier").value_or(0.0f));
+  }
+
+  // As llama_context sets up its parameters: the scale is 1 / factor unless
+  // the type is none; YaRN mixes extrapolated and interpolated angles and
+  // sets the magnitude; rope.scaling.attn_factor multiplies it in every case.
+  RopeSettings& g = hp.rope_global;
+  g.freq_base = hp.rope_freq_base;
+  g.freq_scale = hp.rope_scaling == RopeScaling::None ? 1.0f : 1.0f / hp.rope_scaling_factor;
+  g.ext_factor = hp.rope_scaling == RopeScaling::Yarn ? 1.0f : 0.0f;
+  float attn_factor = 1.0f;
+  if (g.ext_factor != 0.0f) {
+    const float factor = 1.0f / g.freq_scale;
+    const auto mscale = [&](float m) { return factor <= 1.0f ? 1.0f : 0.1f * m * std::log(factor) + 1.0f; };
+    attn_factor = hp.yarn_log_multiplier != 0.0f ? mscale(1.0f) / mscale(hp.yarn_log_multiplier) : mscale(1.0f);
+    attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
+  }
+  attn_factor *= hp.rope_attn_factor;
+
+  hp.rope_local = g;
+  if (a.sliding_window == SlidingWindow::Gemma2) {
+    hp.rope_local.freq_base = keys.optional<float>("rope.freq_base_swa").value_or(hp.rope_freq_base);
+  } else if (a.sliding_window == SlidingWindow::Gemma3) {
+    hp.rope_local.freq_base = keys.optional<float>("rope.freq_base_swa").value_or(10000.0f);
+    hp.rope_local.freq_scale = 1.0f;
+  }
+  positive("rope.freq_base_swa", hp.rope_local.freq_base);
+
+  for (RopeSettings* r : {&hp.rope_global, &hp.rope_local}) {
+    // ggml_rope_yarn_corr_dims: the pairs that turn beta_fast and beta_slow
+    // times over the original context bound the ramp.
+    const float n_rot = static_cast<float>(hp.n_rot);
+    const float orig = static_cast<float>(hp.rope_scaling_orig_ctx);
+    const auto corr_dim = [&](float beta) {
+      return n_rot * std::log(orig / (beta * 2.0f * std::numbers::pi_v<float>)) / (2.0f * std::log(r->freq_base));
+    };
+    r->corr_low = std::max(0.0f, std::floor(corr_dim(hp.yarn_beta_fast)));
+    r->corr_high = std::min(n_rot - 1.0f, std::ceil(corr_dim(hp.yarn_beta_slow)));
+    // ggml's rope_yarn multiplies YaRN's magnitude back in.
+    r->magnitude = attn_factor * (r->ext_factor != 0.0f ? 1.0f + 0.1f * std::log(1.0f / r->freq_scale) : 1.0f);
+  }
+}
+
 }  // namespace
 
-std::string_view rope_style_name(RopeStyle style) {
-  return style == RopeStyle::Normal ? "normal" : "neox";
+RopeSettings ModelHparams::rope_for_layer(uint32_t layer) const {
+  RopeSettings r = is_swa_layer(layer) ? rope_local : rope_global;
+  r.enabled = rope_layers[layer] != 0;
+  return r;
+}
+
+float ModelHparams::attention_temperature(int32_t position) const {
+  if (attn_temperature_scale == 0.0f) return 1.0f;
+  const double steps = std::floor(static_cast<double>(position) / attn_temperature_length);
+  return static_cast<float>(std::log(steps + 1.0) * attn_temperature_scale + 1.0);
 }
 
 std::string_view rope_scaling_name(RopeScaling scaling) {
@@ -129,15 +250,6 @@ std::optional<RopeScaling> rope_scaling_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-std::span<const ArchitectureTraits> known_architectures() { return kArchitectures; }
-
-const ArchitectureTraits* find_architecture(std::string_view name) {
-  for (const auto& a : kArchitectures) {
-    if (a.name == name) return &a;
-  }
-  return nullptr;
-}
-
 std::string arch_key(std::string_view architecture, std::string_view suffix) {
   std::string key(architecture);
   key += '.';
@@ -145,8 +257,8 @@ std::string arch_key(std::string_view architecture, std::string_view suffix) {
   return key;
 }
 
-LlamaHparams LlamaHparams::from_metadata(const gguf::Metadata& metadata, const gguf::TensorInfo* token_embd) {
-  LlamaHparams hp;
+ModelHparams ModelHparams::from_metadata(const gguf::Metadata& metadata, const gguf::TensorInfo* token_embd) {
+  ModelHparams hp;
   if (!metadata.contains("general.architecture")) {
     throw HparamsError("metadata key 'general.architecture' is missing");
   }
@@ -155,10 +267,10 @@ LlamaHparams LlamaHparams::from_metadata(const gguf::Metadata& metadata, const g
   } catch (const gguf::MetadataError& e) {
     throw HparamsError(e.what());
   }
-  hp.traits = find_architecture(hp.architecture);
-  if (hp.traits == nullptr) {
+  hp.desc = find_architecture(hp.architecture);
+  if (hp.desc == nullptr) {
     throw HparamsError("unsupported architecture " + hp.architecture + " (general.architecture): m40-llm knows " +
-                       "the llama family (" + known_architecture_list() + ")");
+                       std::string(known_architecture_list()));
   }
   const std::string& arch = hp.architecture;
   const KeyReader keys(metadata, arch);
@@ -243,14 +355,19 @@ LlamaHparams LlamaHparams::from_metadata(const gguf::Metadata& metadata, const g
     hp.rope_scaling_factor = *linear;
     if (*linear != 1.0f) hp.rope_scaling = RopeScaling::Linear;
   }
-  hp.rope_scaling_orig_ctx = keys.optional<uint32_t>("rope.scaling.original_context_length").value_or(0);
+  hp.rope_scaling_orig_ctx =
+      keys.optional<uint32_t>("rope.scaling.original_context_length").value_or(hp.n_ctx_train);
+  if (hp.rope_scaling_orig_ctx == 0) hp.rope_scaling_orig_ctx = hp.n_ctx_train;
+  hp.rope_attn_factor = keys.optional<float>("rope.scaling.attn_factor").value_or(1.0f);
+  hp.n_expert = keys.optional<uint32_t>("expert_count").value_or(0);
+  resolve_features(hp, keys);
 
   hp.n_vocab = vocabulary_size(metadata, keys, arch, token_embd);
   if (hp.n_vocab == 0) inconsistent("the vocabulary of " + arch + " model is empty");
   return hp;
 }
 
-LlamaHparams LlamaHparams::from_file(const gguf::File& file) {
+ModelHparams ModelHparams::from_file(const gguf::File& file) {
   return from_metadata(file.metadata(), file.find_tensor("token_embd.weight"));
 }
 

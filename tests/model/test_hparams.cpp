@@ -1,15 +1,18 @@
-// LlamaHparams: the hyperparameters of every shared model match the values in
+// ModelHparams: the hyperparameters of every shared model match the values in
 // shared/models/README.md and synthetic/README.md (written independently of
 // this code, so they are hard-coded here), defaults apply where keys are
 // absent, and every missing, mistyped or inconsistent key is named.
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <vector>
 #include <ostream>
 #include <string>
 
 #include "gguf/file.h"
-#include "model/llama_hparams.h"
+#include "model/hparams.h"
 #include "test_paths.h"
 
 using namespace m40;
@@ -57,7 +60,7 @@ gguf::Metadata minimal_llama() {
 // The message of the HparamsError that reading `m` throws.
 std::string error_of(const gguf::Metadata& m) {
   try {
-    LlamaHparams::from_metadata(m);
+    ModelHparams::from_metadata(m);
   } catch (const HparamsError& e) {
     return e.what();
   }
@@ -74,7 +77,7 @@ bool contains(const std::string& haystack, const std::string& needle) {
 TEST_P(SharedModel, HyperparametersMatchTheReadme) {
   const Expected& e = GetParam();
   const auto file = gguf::File::open(test::shared_model(e.file).string());
-  const auto hp = LlamaHparams::from_file(file);
+  const auto hp = ModelHparams::from_file(file);
   EXPECT_EQ(hp.architecture, "llama");
   EXPECT_EQ(hp.n_layer, e.n_layer);
   EXPECT_EQ(hp.n_embd, e.n_embd);
@@ -93,7 +96,7 @@ TEST_P(SharedModel, HyperparametersMatchTheReadme) {
   EXPECT_EQ(hp.rope_scaling, RopeScaling::None);
   EXPECT_FLOAT_EQ(hp.rope_scaling_factor, 1.0f);
   EXPECT_EQ(hp.rope_style(), RopeStyle::Normal);
-  EXPECT_TRUE(hp.traits->runnable);
+  EXPECT_TRUE(hp.desc->runnable());
   EXPECT_EQ(file.find_tensor("output.weight") == nullptr, e.tied);
 }
 
@@ -106,22 +109,22 @@ INSTANTIATE_TEST_SUITE_P(AllModels, SharedModel, testing::ValuesIn(kModels),
                            return name;
                          });
 
-TEST(LlamaHparams, Llama2TinyRandomHasNoFreqBaseKeySoTheDefaultApplies) {
+TEST(ModelHparams, Llama2TinyRandomHasNoFreqBaseKeySoTheDefaultApplies) {
   const auto file = gguf::File::open(test::shared_model("llama-2-tiny-random.gguf").string());
   ASSERT_FALSE(file.metadata().contains("llama.rope.freq_base"));
-  EXPECT_FLOAT_EQ(LlamaHparams::from_file(file).rope_freq_base, 10000.0f);
+  EXPECT_FLOAT_EQ(ModelHparams::from_file(file).rope_freq_base, 10000.0f);
 }
 
-TEST(LlamaHparams, VocabularyOnlyLlamaFileReadsFromMetadataAlone) {
+TEST(ModelHparams, VocabularyOnlyLlamaFileReadsFromMetadataAlone) {
   const auto file = gguf::File::open(test::shared_model("vocab/ggml-vocab-llama-spm.gguf").string());
   ASSERT_TRUE(file.tensors().empty());
-  EXPECT_EQ(LlamaHparams::from_file(file).n_vocab, 32000u);
+  EXPECT_EQ(ModelHparams::from_file(file).n_vocab, 32000u);
 }
 
-TEST(LlamaHparams, NonLlamaVocabularyFileIsRefusedByArchitecture) {
+TEST(ModelHparams, NonLlamaVocabularyFileIsRefusedByArchitecture) {
   const auto file = gguf::File::open(test::shared_model("vocab/ggml-vocab-bert-bge.gguf").string());
   try {
-    LlamaHparams::from_file(file);
+    ModelHparams::from_file(file);
     FAIL() << "expected an HparamsError";
   } catch (const HparamsError& e) {
     EXPECT_TRUE(contains(e.what(), "unsupported architecture bert")) << e.what();
@@ -129,17 +132,17 @@ TEST(LlamaHparams, NonLlamaVocabularyFileIsRefusedByArchitecture) {
   }
 }
 
-TEST(LlamaHparams, DefaultsApplyWhereOptionalKeysAreAbsent) {
-  const auto hp = LlamaHparams::from_metadata(minimal_llama());
+TEST(ModelHparams, DefaultsApplyWhereOptionalKeysAreAbsent) {
+  const auto hp = ModelHparams::from_metadata(minimal_llama());
   EXPECT_EQ(hp.n_head_kv, 8u);   // head_count_kv defaults to head_count
   EXPECT_EQ(hp.head_dim(), 16u);
   EXPECT_EQ(hp.n_rot, 16u);      // rope.dimension_count defaults to the head dim
   EXPECT_FLOAT_EQ(hp.rope_freq_base, 10000.0f);
   EXPECT_EQ(hp.rope_scaling, RopeScaling::None);
-  EXPECT_EQ(hp.rope_scaling_orig_ctx, 0u);
+  EXPECT_EQ(hp.rope_scaling_orig_ctx, 512u);  // the trained context, as llama.cpp defaults it
 }
 
-TEST(LlamaHparams, EachRequiredKeyIsNamedWhenMissing) {
+TEST(ModelHparams, EachRequiredKeyIsNamedWhenMissing) {
   for (const char* key : {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
                           "llama.attention.head_count", "llama.context_length",
                           "llama.attention.layer_norm_rms_epsilon", "general.architecture"}) {
@@ -151,7 +154,7 @@ TEST(LlamaHparams, EachRequiredKeyIsNamedWhenMissing) {
   }
 }
 
-TEST(LlamaHparams, MistypedKeysAreNamedWithTheirType) {
+TEST(ModelHparams, MistypedKeysAreNamedWithTheirType) {
   auto m = minimal_llama();
   m.set("llama.block_count", "two");
   std::string message = error_of(m);
@@ -175,7 +178,7 @@ TEST(LlamaHparams, MistypedKeysAreNamedWithTheirType) {
   EXPECT_TRUE(contains(message, "general.architecture")) << message;
 }
 
-TEST(LlamaHparams, InconsistentShapesNameTheKeys) {
+TEST(ModelHparams, InconsistentShapesNameTheKeys) {
   auto m = minimal_llama();
   m.set("llama.attention.head_count_kv", uint32_t{3});
   std::string message = error_of(m);
@@ -206,7 +209,7 @@ TEST(LlamaHparams, InconsistentShapesNameTheKeys) {
   EXPECT_TRUE(contains(message, "sideways")) << message;
 }
 
-TEST(LlamaHparams, UnknownArchitectureListsTheKnownOnes) {
+TEST(ModelHparams, UnknownArchitectureListsTheKnownOnes) {
   auto m = minimal_llama();
   m.set("general.architecture", "mamba");
   const std::string message = error_of(m);
@@ -214,7 +217,7 @@ TEST(LlamaHparams, UnknownArchitectureListsTheKnownOnes) {
   for (const auto& arch : known_architectures()) EXPECT_TRUE(contains(message, std::string(arch.name))) << message;
 }
 
-TEST(LlamaHparams, KeysAreReadUnderTheArchitecturePrefix) {
+TEST(ModelHparams, KeysAreReadUnderTheArchitecturePrefix) {
   gguf::Metadata m;
   m.set("general.architecture", "qwen2");
   m.set("qwen2.block_count", uint32_t{24});
@@ -231,22 +234,22 @@ TEST(LlamaHparams, KeysAreReadUnderTheArchitecturePrefix) {
   tokens.items.assign(151936, gguf::Value("t"));
   m.set("tokenizer.ggml.tokens", gguf::Value(std::move(tokens)));
 
-  const auto hp = LlamaHparams::from_metadata(m);
+  const auto hp = ModelHparams::from_metadata(m);
   EXPECT_EQ(hp.n_layer, 24u);
   EXPECT_EQ(hp.head_dim(), 64u);
   EXPECT_EQ(hp.n_gqa(), 7u);
   EXPECT_EQ(hp.n_vocab, 151936u);  // from the token list, as there is no qwen2.vocab_size
   EXPECT_FLOAT_EQ(hp.rope_freq_base, 1e6f);
   EXPECT_EQ(hp.rope_style(), RopeStyle::NeoX);
-  EXPECT_TRUE(hp.traits->attention_qkv_bias);
-  EXPECT_FALSE(hp.traits->runnable);
+  EXPECT_TRUE(hp.desc->qkv_bias);
+  EXPECT_TRUE(hp.desc->runnable());
 }
 
-TEST(LlamaHparams, KeyLengthOverridesTheDerivedHeadDim) {
+TEST(ModelHparams, KeyLengthOverridesTheDerivedHeadDim) {
   auto m = minimal_llama();
   m.set("llama.attention.key_length", uint32_t{32});
   m.set("llama.attention.value_length", uint32_t{32});
-  const auto hp = LlamaHparams::from_metadata(m);
+  const auto hp = ModelHparams::from_metadata(m);
   EXPECT_EQ(hp.head_dim(), 32u);
   EXPECT_EQ(hp.q_dim(), 256u);
   EXPECT_EQ(hp.n_rot, 32u);
@@ -255,7 +258,7 @@ TEST(LlamaHparams, KeyLengthOverridesTheDerivedHeadDim) {
   EXPECT_TRUE(contains(error_of(m), "llama.attention.value_length"));
 }
 
-TEST(LlamaHparams, VocabularySizeFallsBackToTheTokenEmbedding) {
+TEST(ModelHparams, VocabularySizeFallsBackToTheTokenEmbedding) {
   auto m = minimal_llama();
   m.erase("llama.vocab_size");
   EXPECT_TRUE(contains(error_of(m), "vocabulary size"));
@@ -263,15 +266,15 @@ TEST(LlamaHparams, VocabularySizeFallsBackToTheTokenEmbedding) {
   gguf::TensorInfo token_embd;
   token_embd.name = "token_embd.weight";
   token_embd.dims = {128, 777};
-  EXPECT_EQ(LlamaHparams::from_metadata(m, &token_embd).n_vocab, 777u);
+  EXPECT_EQ(ModelHparams::from_metadata(m, &token_embd).n_vocab, 777u);
 }
 
-TEST(LlamaHparams, RopeScalingIsRead) {
+TEST(ModelHparams, RopeScalingIsRead) {
   auto m = minimal_llama();
   m.set("llama.rope.scaling.type", "yarn");
   m.set("llama.rope.scaling.factor", 4.0f);
   m.set("llama.rope.scaling.original_context_length", uint32_t{8192});
-  auto hp = LlamaHparams::from_metadata(m);
+  auto hp = ModelHparams::from_metadata(m);
   EXPECT_EQ(hp.rope_scaling, RopeScaling::Yarn);
   EXPECT_FLOAT_EQ(hp.rope_scaling_factor, 4.0f);
   EXPECT_EQ(hp.rope_scaling_orig_ctx, 8192u);
@@ -280,22 +283,22 @@ TEST(LlamaHparams, RopeScalingIsRead) {
   // A factor without a type is linear scaling, as llama.cpp reads it.
   m = minimal_llama();
   m.set("llama.rope.scaling.factor", 2.0f);
-  hp = LlamaHparams::from_metadata(m);
+  hp = ModelHparams::from_metadata(m);
   EXPECT_EQ(hp.rope_scaling, RopeScaling::Linear);
   EXPECT_FLOAT_EQ(hp.rope_scaling_factor, 2.0f);
 }
 
-TEST(LlamaHparams, ErrorsAreMetadataErrors) {
+TEST(ModelHparams, ErrorsAreMetadataErrors) {
   auto m = minimal_llama();
   m.erase("llama.block_count");
-  EXPECT_THROW(LlamaHparams::from_metadata(m), gguf::MetadataError);
-  EXPECT_THROW(LlamaHparams::from_metadata(m), m40::Error);
+  EXPECT_THROW(ModelHparams::from_metadata(m), gguf::MetadataError);
+  EXPECT_THROW(ModelHparams::from_metadata(m), m40::Error);
 }
 
 // n_head * head_dim in 32 bits wraps: 65536 * 65536 = 0 (an empty projection,
 // then a division by zero) and 65537 * 65536 = 65536 (a projection narrower
 // than the heads, then RoPE beyond its buffer). Both are refused at load.
-TEST(LlamaHparams, ProjectionWidthsThatOverflowAreRefused) {
+TEST(ModelHparams, ProjectionWidthsThatOverflowAreRefused) {
   auto m = minimal_llama();
   m.set("llama.attention.head_count", uint32_t{65536});
   m.set("llama.attention.head_count_kv", uint32_t{65536});
@@ -314,19 +317,19 @@ TEST(LlamaHparams, ProjectionWidthsThatOverflowAreRefused) {
   m = minimal_llama();
   m.set("llama.attention.head_count", uint32_t{128});
   m.set("llama.attention.key_length", uint32_t{128});
-  EXPECT_EQ(LlamaHparams::from_metadata(m).q_dim(), 16384u);
+  EXPECT_EQ(ModelHparams::from_metadata(m).q_dim(), 16384u);
 }
 
 // A model that scores more ids than the tokenizer has would, sooner or later,
 // sample one that cannot be decoded and fail mid-answer. llama.cpp's converter
 // pads the token list to the model's vocabulary, so equal sizes are the norm.
-TEST(LlamaHparams, AVocabularyLargerThanTheTokenizersIsRefused) {
+TEST(ModelHparams, AVocabularyLargerThanTheTokenizersIsRefused) {
   auto m = minimal_llama();
   gguf::Array tokens;
   tokens.element_type = gguf::ValueType::STRING;
   tokens.items.assign(100, gguf::Value("t"));
   m.set("tokenizer.ggml.tokens", gguf::Value(tokens));
-  EXPECT_EQ(LlamaHparams::from_metadata(m).n_vocab, 100u);
+  EXPECT_EQ(ModelHparams::from_metadata(m).n_vocab, 100u);
 
   m.set("llama.vocab_size", uint32_t{200});
   const std::string message = error_of(m);
@@ -334,5 +337,104 @@ TEST(LlamaHparams, AVocabularyLargerThanTheTokenizersIsRefused) {
 
   // A tokenizer larger than the model is left to the engine, which refuses it.
   m.set("llama.vocab_size", uint32_t{50});
-  EXPECT_EQ(LlamaHparams::from_metadata(m).n_vocab, 50u);
+  EXPECT_EQ(ModelHparams::from_metadata(m).n_vocab, 50u);
+}
+
+// The features each tiny architecture file resolves to, as
+// shared/models/arch/README.md describes them (written independently of this
+// code from llama.cpp's source, so the values are hard-coded here).
+namespace {
+ModelHparams arch_hparams(const char* stem) {
+  const auto path = test::shared_model(std::string("arch/") + stem + ".gguf");
+  if (!std::filesystem::exists(path)) return {};
+  return ModelHparams::from_file(gguf::File::open(path.string()));
+}
+}  // namespace
+
+TEST(ArchitectureFeatures, Gemma2SoftCapsWindowsAndScales) {
+  const auto hp = arch_hparams("tiny-gemma2-F32");
+  if (hp.desc == nullptr) GTEST_SKIP() << "shared data missing";
+  EXPECT_FLOAT_EQ(hp.embedding_scale, 8.0f);  // sqrt(64)
+  EXPECT_FLOAT_EQ(hp.attention_scale, 1.0f / std::sqrt(32.0f));
+  EXPECT_FLOAT_EQ(hp.attn_softcap, 5.0f);
+  EXPECT_FLOAT_EQ(hp.final_softcap, 30.0f);
+  EXPECT_EQ(hp.sliding_window, 8u);
+  EXPECT_EQ(hp.swa_layers, (std::vector<uint8_t>{1, 0}));  // pattern 2 by default: layer 0 local
+  EXPECT_FLOAT_EQ(hp.rope_local.freq_base, 10000.0f);     // the global base when freq_base_swa is absent
+  EXPECT_EQ(hp.desc->activation, FfnActivation::GeluTanh);
+}
+
+TEST(ArchitectureFeatures, Gemma3LocalLayersUseTheirOwnRopeBaseWithoutScaling) {
+  const auto hp = arch_hparams("tiny-gemma3-F32");
+  if (hp.desc == nullptr) GTEST_SKIP() << "shared data missing";
+  EXPECT_EQ(hp.swa_layers, (std::vector<uint8_t>{1, 1, 0}));  // pattern 3
+  EXPECT_FLOAT_EQ(hp.attn_softcap, 0.0f);
+  EXPECT_FLOAT_EQ(hp.final_softcap, 0.0f);
+  EXPECT_FLOAT_EQ(hp.rope_for_layer(2).freq_base, 1e6f);
+  EXPECT_FLOAT_EQ(hp.rope_for_layer(2).freq_scale, 1.0f / 8.0f);
+  EXPECT_FLOAT_EQ(hp.rope_for_layer(0).freq_base, 10000.0f);
+  EXPECT_FLOAT_EQ(hp.rope_for_layer(0).freq_scale, 1.0f);
+}
+
+TEST(ArchitectureFeatures, Mistral3YarnAndTemperature) {
+  const auto hp = arch_hparams("tiny-mistral3-F32");
+  if (hp.desc == nullptr) GTEST_SKIP() << "shared data missing";
+  const auto r = hp.rope_for_layer(0);
+  EXPECT_FLOAT_EQ(r.freq_scale, 1.0f / 16.0f);
+  EXPECT_FLOAT_EQ(r.ext_factor, 1.0f);
+  EXPECT_FLOAT_EQ(r.corr_low, 2.0f);  // the README: the ramp spans pairs 2-9
+  EXPECT_FLOAT_EQ(r.corr_high, 9.0f);
+  EXPECT_NEAR(r.magnitude, 1.1218f, 1e-4f);  // (1 + 0.1 ln 16) / (1 + 0.05 ln 16)
+  EXPECT_FLOAT_EQ(hp.attention_temperature(15), 1.0f);
+  EXPECT_NEAR(hp.attention_temperature(16), 1.0693f, 1e-4f);
+  EXPECT_NEAR(hp.attention_temperature(47), 1.1099f, 1e-4f);
+}
+
+TEST(ArchitectureFeatures, GraniteMultipliers) {
+  const auto hp = arch_hparams("tiny-granite-F32");
+  if (hp.desc == nullptr) GTEST_SKIP() << "shared data missing";
+  EXPECT_FLOAT_EQ(hp.embedding_scale, 12.0f);
+  EXPECT_FLOAT_EQ(hp.residual_scale, 0.22f);
+  EXPECT_FLOAT_EQ(hp.attention_scale, 0.03125f);
+  EXPECT_FLOAT_EQ(hp.logit_scale, 1.0f / 8.0f);
+  EXPECT_EQ(hp.rope_layers, (std::vector<uint8_t>{1, 1, 1}));
+}
+
+TEST(ArchitectureFeatures, SmolLm3SkipsRopeOnEveryFourthLayer) {
+  const auto hp = arch_hparams("tiny-smollm3-F32");
+  if (hp.desc == nullptr) GTEST_SKIP() << "shared data missing";
+  EXPECT_EQ(hp.rope_layers, (std::vector<uint8_t>{1, 1, 1, 0, 1}));
+}
+
+TEST(ArchitectureFeatures, Phi3LongRopeAttentionFactor) {
+  const auto hp = arch_hparams("tiny-phi3-F32");
+  if (hp.desc == nullptr) GTEST_SKIP() << "shared data missing";
+  EXPECT_NEAR(hp.rope_for_layer(0).magnitude, 1.190238f, 1e-6f);
+  EXPECT_EQ(hp.rope_scaling_orig_ctx, 4096u);
+  EXPECT_FALSE(hp.use_long_rope_factors(4096));
+  EXPECT_TRUE(hp.use_long_rope_factors(4097));
+  EXPECT_EQ(hp.sliding_window, 0u);  // phi3.attention.sliding_window is ignored, as llama.cpp does
+  EXPECT_EQ(hp.n_rot, 32u);
+}
+
+TEST(ArchitectureFeatures, QwenYarnWithoutTheMistralKeysUsesLlamaCppsDefaults) {
+  gguf::Metadata m = minimal_llama();
+  m.set("general.architecture", "qwen2");
+  for (const char* k : {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+                        "context_length", "attention.layer_norm_rms_epsilon", "vocab_size"}) {
+    m.set(std::string("qwen2.") + k, *m.find(std::string("llama.") + k));
+  }
+  m.set("qwen2.rope.freq_base", 1000000.0f);
+  m.set("qwen2.rope.scaling.type", "yarn");
+  m.set("qwen2.rope.scaling.factor", 4.0f);
+  m.set("qwen2.rope.scaling.original_context_length", uint32_t{32768});
+  m.set("qwen2.rope.scaling.yarn_beta_fast", 99.0f);  // read by mistral3 only, as in llama.cpp
+  const auto hp = ModelHparams::from_metadata(m);
+  const auto r = hp.rope_for_layer(0);
+  EXPECT_FLOAT_EQ(r.ext_factor, 1.0f);
+  EXPECT_FLOAT_EQ(hp.yarn_beta_fast, 32.0f);
+  EXPECT_NEAR(r.magnitude, 1.0f + 0.1f * std::log(4.0f), 1e-6f);
+  // head_dim 16, n_rot 16: corr(32) = 16 ln(32768 / (64 pi)) / (2 ln 1e6) = 2.95 -> 2; corr(1) = 4.96 -> 5.
+  EXPECT_FLOAT_EQ(r.corr_low, 2.0f);
+  EXPECT_FLOAT_EQ(r.corr_high, 5.0f);
 }

@@ -45,7 +45,7 @@ void expect_load_error(const std::string& path, const std::string& fragment) {
   std::filesystem::remove(path);
 }
 
-class LlamaWeightsLoad : public ::testing::Test {
+class ModelWeightsLoad : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(test::shared_model("synthetic/tiny-llama-rand-F32.gguf"))) GTEST_SKIP();
@@ -54,7 +54,7 @@ class LlamaWeightsLoad : public ::testing::Test {
 
 }  // namespace
 
-TEST_F(LlamaWeightsLoad, EveryRunnableSharedModelLoads) {
+TEST_F(ModelWeightsLoad, EveryRunnableSharedModelLoads) {
   for (const char* name : {"synthetic/tiny-llama-rand-F32.gguf", "synthetic/tiny-llama-rand-Q4_K_M.gguf",
                            "TinyStories-656K-Q8_0.gguf", "TinyStories-656K-Q2_K.gguf", "llama-2-tiny-random.gguf"}) {
     auto m = model::LoadedModel::open(test::shared_model(name).string());
@@ -64,13 +64,13 @@ TEST_F(LlamaWeightsLoad, EveryRunnableSharedModelLoads) {
   EXPECT_TRUE(model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string())->weights.tied_output);
 }
 
-TEST_F(LlamaWeightsLoad, AMissingTensorIsNamed) {
+TEST_F(ModelWeightsLoad, AMissingTensorIsNamed) {
   expect_load_error(rewritten("synthetic/tiny-llama-rand-F32.gguf",
                               [](const gguf::TensorInfo& t, auto&, auto&) { return t.name != "blk.1.ffn_up.weight"; }),
                     "lacks tensor 'blk.1.ffn_up.weight'");
 }
 
-TEST_F(LlamaWeightsLoad, AWrongShapeIsNamedWithBothShapes) {
+TEST_F(ModelWeightsLoad, AWrongShapeIsNamedWithBothShapes) {
   expect_load_error(rewritten("synthetic/tiny-llama-rand-F32.gguf",
                               [](const gguf::TensorInfo& t, std::vector<uint64_t>& dims, auto&) {
                                 if (t.name == "blk.0.attn_k.weight") dims[1] = 64;
@@ -79,7 +79,7 @@ TEST_F(LlamaWeightsLoad, AWrongShapeIsNamedWithBothShapes) {
                     "tensor 'blk.0.attn_k.weight' has shape [256, 64], expected [256, 128]");
 }
 
-TEST_F(LlamaWeightsLoad, ATypeWithoutKernelsIsNamed) {
+TEST_F(ModelWeightsLoad, ATypeWithoutKernelsIsNamed) {
   expect_load_error(rewritten("synthetic/tiny-llama-rand-F32.gguf",
                               [](const gguf::TensorInfo& t, auto&, gguf::TensorType& type) {
                                 if (t.name == "blk.0.attn_q.weight") type = gguf::TensorType::IQ2_XXS;
@@ -113,20 +113,20 @@ std::string empty_attention_model() {
 
 }  // namespace
 
-TEST_F(LlamaWeightsLoad, HeadCountsThatWrapTheQueryWidthAreRefused) {
+TEST_F(ModelWeightsLoad, HeadCountsThatWrapTheQueryWidthAreRefused) {
   expect_load_error(empty_attention_model(), "gives a query width of 4294967296");
 }
 
 // The weight check stands on its own: hyperparameters that ask for an empty
 // matrix (however they came about) are refused, not divided by.
-TEST_F(LlamaWeightsLoad, AnEmptyMatrixIsRefused) {
+TEST_F(ModelWeightsLoad, AnEmptyMatrixIsRefused) {
   const std::string path = empty_attention_model();
   const auto file = gguf::File::open(path);
-  auto hp = model::LlamaHparams::from_file(
+  auto hp = model::ModelHparams::from_file(
       gguf::File::open(test::shared_model("synthetic/tiny-llama-rand-F32.gguf").string()));
   hp.n_head = hp.n_head_kv = hp.n_embd_head = 65536;  // q_dim() == 0
   try {
-    model::LlamaWeights::load(file, hp);
+    model::ModelWeights::load(file, hp);
     ADD_FAILURE() << "expected an m40::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tensor 'blk.0.attn_q.weight' would be an empty [256, 0] matrix"),
@@ -139,7 +139,7 @@ TEST_F(LlamaWeightsLoad, AnEmptyMatrixIsRefused) {
 // A block count the file's tensors cannot back is refused before the layers
 // are allocated: 20 million made a 340 KB file take 13 GB, 4 billion threw
 // std::bad_alloc.
-TEST_F(LlamaWeightsLoad, ABlockCountBeyondTheTensorsIsRefusedBeforeAllocating) {
+TEST_F(ModelWeightsLoad, ABlockCountBeyondTheTensorsIsRefusedBeforeAllocating) {
   for (uint32_t n_layer : {3u, 20'000'000u, 4'000'000'000u}) {
     expect_load_error(rewritten(
                           "synthetic/tiny-llama-rand-F32.gguf", [](auto&, auto&, auto&) { return true; },

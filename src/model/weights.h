@@ -1,0 +1,73 @@
+// The named weight tensors of a model, as views into the GGUF mapping
+// (nothing copied), with every shape checked against the hyperparameters
+// before any computation. The architecture description says which tensors
+// a layer carries; fused tensors (attn_qkv, phi3's gate/up ffn_up) become
+// views of their row ranges, so the backends see one layout.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gguf/file.h"
+#include "model/hparams.h"
+
+namespace m40::model {
+
+// A 2-D weight matrix (or a 1-D vector with rows = 1), stored in its GGUF type.
+// Row r holds `cols` values at data + r * row_bytes.
+struct WeightView {
+  std::string name;
+  gguf::TensorType type = gguf::TensorType::F32;
+  uint64_t cols = 0;
+  uint64_t rows = 0;
+  uint64_t row_bytes = 0;
+  const uint8_t* data = nullptr;
+
+  const uint8_t* row(uint64_t r) const { return data + r * row_bytes; }
+  bool present() const { return data != nullptr; }
+};
+
+struct LayerWeights {
+  WeightView attn_norm;       // [n_embd]
+  WeightView wq;              // [n_embd -> q_dim]
+  WeightView wk;              // [n_embd -> kv_dim]
+  WeightView wv;              // [n_embd -> kv_dim]
+  WeightView bq, bk, bv;      // optional biases (qwen2; any file that has them)
+  WeightView q_norm, k_norm;  // [head_dim], per-head RMSNorm before RoPE (qwen3, gemma3)
+  WeightView wo;              // [q_dim -> n_embd]
+  WeightView bo;              // optional attn_output bias [n_embd]
+  WeightView post_attn_norm;  // [n_embd], RMSNorm of the attention branch (gemma)
+  WeightView ffn_norm;        // [n_embd]
+  WeightView w_gate;          // [n_embd -> n_ff]
+  WeightView w_up;            // [n_embd -> n_ff]
+  WeightView w_down;          // [n_ff -> n_embd]
+  WeightView post_ffn_norm;   // [n_embd], RMSNorm of the FFN branch (gemma)
+};
+
+struct ModelWeights {
+  WeightView token_embd;   // [n_embd x n_vocab]
+  WeightView output_norm;  // [n_embd]
+  WeightView output;       // [n_embd -> n_vocab]; token_embd when tied
+  bool tied_output = false;
+  // Per-pair frequency divisors, [n_rot / 2], all optional: Llama 3.1's
+  // rope_freqs, or LongRoPE's short and long factors (Phi-3).
+  WeightView rope_freqs;
+  WeightView rope_factors_short;
+  WeightView rope_factors_long;
+  std::vector<LayerWeights> layers;
+
+  // Finds and checks every tensor. Throws m40::Error naming a missing tensor,
+  // a wrong shape (expected vs found), a type the engine cannot compute with,
+  // or a feature it does not implement (mixture-of-experts layers).
+  static ModelWeights load(const gguf::File& file, const ModelHparams& hparams);
+
+  // The frequency divisors RoPE applies at a context of n_ctx positions
+  // (rope_freqs, else LongRoPE's long or short factors), or null.
+  const WeightView* rope_factors(const ModelHparams& hparams, uint32_t n_ctx) const;
+
+  uint64_t total_bytes() const;
+};
+
+}  // namespace m40::model
