@@ -158,7 +158,7 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("-n,--max-tokens", opts->max_tokens, "Most tokens to generate; -1: until end or context full")
       ->capture_default_str();
   cmd->add_option("--stop", opts->stop, "Stop when this text is generated (repeatable; not printed)");
-  cmd->add_option("--ctx", opts->ctx, "Context size in tokens (default: the model's, at most 4096)");
+  cmd->add_option("--ctx", opts->ctx, "Context size in tokens (default: the model's trained context, capped by what the GPU or RAM holds)");
   cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: every core)");
   cmd->add_option("--kv-type", opts->kv_type, "KV cache element type: f16 or f32")->capture_default_str();
   cmd->add_flag("--ignore-eos", opts->ignore_eos, "Keep generating past end-of-generation tokens");

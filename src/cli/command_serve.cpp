@@ -100,7 +100,7 @@ void register_serve_command(CLI::App& app) {
   cmd->add_option("--parallel,-p", so.parallel, "Requests generated at the same time (KV slots)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--ctx", so.n_ctx, "Context size per request in tokens (default: the model's, at most 4096)");
+  cmd->add_option("--ctx", so.n_ctx, "Context size per request in tokens (default: the model's trained context, capped by what the GPU or RAM holds for --parallel sequences)");
   cmd->add_option("--queue", so.max_queue, "Requests that may wait for a slot; more are answered 503")
       ->capture_default_str();
   cmd->add_option("--prefill-chunk", so.prefill_chunk, "Prompt tokens per engine step (keeps streams flowing)")

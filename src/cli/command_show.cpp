@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "gguf/file.h"
+#include "model/architecture.h"
 #include "model/model_summary.h"
 #include "store/model_ref.h"
 
@@ -93,13 +94,40 @@ class Report {
   std::string pending_title_;
 };
 
+// "12 tensors not read (vision tower: v.*, mm.*)": what a runnable file
+// holds beyond what the forward pass reads, by kind.
+std::string unused_tensors_text(const std::vector<std::string>& names) {
+  size_t vision = 0;
+  std::vector<std::string> others;
+  for (const auto& n : names) {
+    if (n.starts_with("v.") || n.starts_with("mm.") || n.starts_with("vision")) {
+      ++vision;
+    } else {
+      others.push_back(n);
+    }
+  }
+  std::string text = std::to_string(names.size()) + (names.size() == 1 ? " tensor" : " tensors") + " not read (";
+  if (vision > 0) text += "vision tower tensors are ignored: " + std::to_string(vision);
+  for (size_t i = 0; i < others.size() && i < 3; ++i) text += (i > 0 || vision > 0 ? ", " : "") + others[i];
+  if (others.size() > 3) text += ", ...";
+  return text + ")";
+}
+
+std::string runnable_text(const model::ModelSummary& s) {
+  if (!s.architecture_runnable) return "no: " + s.not_runnable_reason;
+  std::string text = "yes";
+  if (!s.unused_tensors.empty()) text += "; " + unused_tensors_text(s.unused_tensors);
+  return text;
+}
+
 void model_section(Report& r, const model::ModelSummary& s) {
   r.section("Model");
   if (!s.architecture.empty()) {
     std::string arch = s.architecture;
-    if (!s.architecture_runnable) arch += s.architecture_known ? " (not yet runnable by m40-llm)" : " (not supported by m40-llm)";
+    if (!s.architecture_known) arch += " (not supported by m40-llm)";
     r.row("architecture", arch);
   }
+  r.row("runnable", runnable_text(s));
   if (s.name) r.row("name", *s.name);
   if (s.size_label) r.row("size label", *s.size_label);
   if (s.tensor_count > 0) {
@@ -308,6 +336,8 @@ Json summary_json(const model::ModelSummary& s) {
   if (!s.architecture.empty()) m["architecture"] = s.architecture;
   m["architecture_known"] = s.architecture_known;
   m["runnable"] = s.architecture_runnable;
+  if (!s.architecture_runnable) m["not_runnable_reason"] = s.not_runnable_reason;
+  if (!s.unused_tensors.empty()) m["unused_tensors"] = s.unused_tensors;
   put(m, "name", s.name);
   put(m, "size_label", s.size_label);
   put(m, "license", s.license);
@@ -413,6 +443,19 @@ int run_show(const ShowOptions& opts) {
   return 0;
 }
 
+// The architectures m40-llm runs, and those it knows but does not run yet.
+std::string architectures_text() {
+  std::string runs, later;
+  for (const auto& a : model::known_architectures()) {
+    if (a.runnable()) {
+      runs += (runs.empty() ? "" : ", ") + std::string(a.name);
+    } else {
+      later += "  " + std::string(a.name) + ": " + std::string(a.not_runnable) + "\n";
+    }
+  }
+  return "Architectures m40-llm runs: " + runs + ".\nKnown, not run yet:\n" + later;
+}
+
 }  // namespace
 
 void register_show_command(CLI::App& app) {
@@ -420,7 +463,8 @@ void register_show_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "show",
       "Describe a GGUF model file: architecture, size, hyperparameters, tokenizer and tensor types.\n"
-      "Works on any GGUF file, including vocabulary-only files and architectures m40-llm cannot run.");
+      "Works on any GGUF file, including vocabulary-only files and architectures m40-llm cannot run;\n"
+      "`runnable` says whether m40-llm can run it, or why not.");
   cmd->add_option("MODEL", opts->path, "A store name (see `m40-llm list`) or a GGUF file")->required();
   cmd->add_flag("--tensors", opts->tensors,
                 "Also list every tensor: name, type, shape (ggml order), bytes, data offset");
@@ -430,6 +474,8 @@ void register_show_command(CLI::App& app) {
       "The report has the sections Model, Architecture, Tokenizer and Tensors by type;\n"
       "facts a file does not hold are left out. --json holds the same facts, plus the\n"
       "tensors and metadata when asked for (arrays cut to 16 items, length given).\n"
+      "\n" +
+      architectures_text() +
       "\n"
       "Examples:\n"
       "  m40-llm show model.gguf\n"

@@ -10,19 +10,56 @@
 #ifdef M40_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/memory_plan.h"
 #endif
 
 namespace m40::engine {
 
-int resolve_context_size(const model::LoadedModel& model, int requested) {
+int resolve_context_size(const model::LoadedModel& model, int requested, const MemoryBudget& budget) {
   const int trained = static_cast<int>(model.hparams.n_ctx_train);
-  if (requested < 0) throw Error("the context size must be positive");
-  if (requested == 0) return trained > 0 ? std::min(trained, 4096) : 4096;
-  if (trained > 0 && requested > trained) {
+  const int n_ctx = choose_context_size(trained, requested, budget);
+  if (trained > 0 && n_ctx > trained) {
     std::fprintf(stderr, "warning: context %d exceeds the %d tokens the model was trained for; "
-                 "quality may degrade past that\n", requested, trained);
+                 "quality may degrade past that\n", n_ctx, trained);
   }
-  return requested;
+  return n_ctx;
+}
+
+namespace {
+
+// Bytes of K and V per position, every layer and sequence.
+uint64_t kv_bytes_per_position(const model::ModelHparams& hp, int n_seq, uint64_t element_bytes) {
+  return 2ull * hp.n_layer * static_cast<uint64_t>(n_seq) * hp.kv_dim() * element_bytes;
+}
+
+// The CPU's budget: the memory the system has available, less the model
+// file (its pages become resident as the weights are read), with a fifth
+// kept for everything else.
+MemoryBudget cpu_budget(const model::LoadedModel& model, const BackendOptions& options) {
+  MemoryBudget b;
+  b.available = system_available_memory() / 5 * 4;
+  b.fixed = model.file.file_size();
+  b.per_position = kv_bytes_per_position(model.hparams, options.n_seq,
+                                         options.kv_type == backend::KvType::F32 ? 4 : 2);
+  return b;
+}
+
+}  // namespace
+
+uint64_t system_available_memory() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long long v = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &v) == 1) {
+      kib = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib * 1024;
 }
 
 bool gpu_available() {
@@ -49,12 +86,22 @@ int chosen_gpu(int requested) {
 #endif
 
 std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, const BackendOptions& options) {
-  const int n_ctx = resolve_context_size(model, options.n_ctx);
 #ifdef M40_HAVE_CUDA
   if (!options.force_cpu && gpu_available()) {
     if (options.kv_type != backend::KvType::F16) throw Error("the CUDA backend keeps its KV cache in FP16: use --cpu for f32");
     cuda::CudaBackendOptions cuda_options;
     cuda_options.device = chosen_gpu(options.gpu);
+    cuda_options.n_seq = options.n_seq;
+    // The GPU's budget: the memory plan without any context, and what one
+    // position adds to it.
+    const cuda::DeviceInfo info = cuda::device_info(cuda_options.device);
+    MemoryBudget budget;
+    budget.available = options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, info.free_memory_bytes)
+                                               : info.free_memory_bytes;
+    cuda::PlanShape shape{0, options.n_seq, cuda_options.max_batch, 32};
+    budget.fixed = cuda::plan_memory(model.hparams, model.weights, shape).total();
+    budget.per_position = kv_bytes_per_position(model.hparams, options.n_seq, 2);
+    const int n_ctx = resolve_context_size(model, options.n_ctx, budget);
     cuda_options.n_ctx = n_ctx;
     cuda_options.n_seq = options.n_seq;
     cuda_options.vram_budget = options.vram_budget;
@@ -62,6 +109,7 @@ std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, 
   }
 #endif
   if (options.gpu >= 0 && !options.force_cpu) throw Error("--gpu was given but no CUDA GPU is available (or this build has no CUDA backend)");
+  const int n_ctx = resolve_context_size(model, options.n_ctx, cpu_budget(model, options));
   cpu::CpuBackendOptions cpu_options;
   cpu_options.n_ctx = n_ctx;
   cpu_options.n_seq = options.n_seq;

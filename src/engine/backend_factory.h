@@ -5,12 +5,13 @@
 #include <memory>
 
 #include "backends/backend.h"
+#include "engine/context_size.h"
 #include "model/loaded_model.h"
 
 namespace m40::engine {
 
 struct BackendOptions {
-  int n_ctx = 0;          // 0: the model's training context, capped at 4096
+  int n_ctx = 0;          // 0: the model's training context, capped by what the memory holds
   int n_seq = 1;          // sequences (KV slots)
   backend::KvType kv_type = backend::KvType::F16;
   unsigned threads = 0;   // CPU threads, 0: every core
@@ -22,9 +23,13 @@ struct BackendOptions {
 // True when this build has the CUDA backend and a GPU is present.
 bool gpu_available();
 
-// The context size a request for `requested` tokens gets (0 = default), with
-// a warning on stderr when it exceeds what the model was trained for.
-int resolve_context_size(const model::LoadedModel& model, int requested);
+// The context size a request for `requested` tokens gets (0: the trained
+// context capped by `budget`, see context_size.h), with a warning on stderr
+// when it exceeds what the model was trained for.
+int resolve_context_size(const model::LoadedModel& model, int requested, const MemoryBudget& budget);
+
+// MemAvailable of /proc/meminfo in bytes (0 where it cannot be read).
+uint64_t system_available_memory();
 
 // The CUDA backend when a GPU is present (and not force_cpu), else the CPU.
 std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, const BackendOptions& options);

@@ -9,6 +9,7 @@
 
 #include "gguf/file.h"
 #include "model/hparams.h"
+#include "model/weights.h"
 
 namespace m40::model {
 
@@ -251,9 +252,20 @@ ModelSummary summarize(const gguf::File& file) {
   s.tensor_count = file.tensors().size();
 
   s.architecture = lenient<std::string>(md, "general.architecture").value_or("");
-  if (const Architecture* arch = find_architecture(s.architecture)) {
-    s.architecture_known = true;
-    s.architecture_runnable = arch->runnable();
+  s.architecture_known = find_architecture(s.architecture) != nullptr;
+  if (file.tensors().empty()) {
+    s.not_runnable_reason = "the file holds no tensors (a vocabulary-only file)";
+  } else {
+    // Runnable means exactly what loading would say: the same reader and
+    // checks, so show never promises what run then refuses.
+    try {
+      const ModelHparams hparams = ModelHparams::from_file(file);
+      const ModelWeights weights = ModelWeights::load(file, hparams);
+      s.architecture_runnable = true;
+      s.unused_tensors = weights.unused_tensors;
+    } catch (const std::exception& e) {
+      s.not_runnable_reason = e.what();
+    }
   }
   s.name = lenient<std::string>(md, "general.name");
   s.license = lenient<std::string>(md, "general.license");

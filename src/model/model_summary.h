@@ -68,8 +68,10 @@ struct ModelSummary {
 
   // The model.
   std::string architecture;              // empty when general.architecture is absent
-  bool architecture_known = false;       // a llama-family architecture m40-llm reads
-  bool architecture_runnable = false;    // ... and can run
+  bool architecture_known = false;       // an architecture m40-llm has a description of
+  bool architecture_runnable = false;    // this file loads for m40-llm's forward pass
+  std::string not_runnable_reason;       // why it does not (the loader's own error), when it does not
+  std::vector<std::string> unused_tensors;  // tensors a runnable file holds that the forward pass does not read
   std::optional<std::string> name;       // general.name
   std::optional<std::string> license;    // general.license
   std::optional<std::string> size_label; // general.size_label

@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <unordered_set>
+
 #include "common/error.h"
 #include "quant/dequantize.h"
 
@@ -54,10 +56,23 @@ class WeightFinder {
     v.rows = rows;
     v.row_bytes = t.byte_size / rows;
     v.data = file_.tensor_data(t).data();
+    used_.insert(t.name);
     return v;
   }
 
+ public:
+  // The file's tensors that no require() or optional() found, in file order.
+  std::vector<std::string> unused() const {
+    std::vector<std::string> names;
+    for (const auto& t : file_.tensors()) {
+      if (!used_.contains(t.name)) names.push_back(t.name);
+    }
+    return names;
+  }
+
+ private:
   const gguf::File& file_;
+  mutable std::unordered_set<std::string> used_;
 };
 
 // Rows [first, first + count) of a matrix, as a matrix of their own (a
@@ -182,6 +197,7 @@ ModelWeights ModelWeights::load(const gguf::File& file, const ModelHparams& hp) 
       l.post_ffn_norm = find.require(p + "post_ffw_norm.weight", hp.n_embd, 1);
     }
   }
+  w.unused_tensors = find.unused();
   return w;
 }
 

@@ -57,6 +57,9 @@ struct ModelWeights {
   WeightView rope_factors_short;
   WeightView rope_factors_long;
   std::vector<LayerWeights> layers;
+  // Tensors of the file the forward pass does not read (a multimodal file's
+  // vision tower, gemma2's output.weight beside its tied head, ...).
+  std::vector<std::string> unused_tensors;
 
   // Finds and checks every tensor. Throws m40::Error naming a missing tensor,
   // a wrong shape (expected vs found), a type the engine cannot compute with,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -160,9 +161,11 @@ TEST(ModelSummary, SeparateOutputIsNotTied) {
 }
 
 TEST(ModelSummary, VocabularyOnlyFileOfAnotherArchitecture) {
-  const auto s = summary_of("vocab/ggml-vocab-bert-bge.gguf");
-  EXPECT_EQ(s.architecture, "bert");
-  EXPECT_FALSE(s.architecture_known);
+  const auto s = summary_of("vocab/ggml-vocab-phi-3.gguf");
+  EXPECT_EQ(s.architecture, "phi3");
+  EXPECT_TRUE(s.architecture_known);  // m40-llm runs phi3, but this file has no weights
+  EXPECT_FALSE(s.architecture_runnable);
+  EXPECT_NE(s.not_runnable_reason.find("vocabulary-only"), std::string::npos) << s.not_runnable_reason;
   EXPECT_EQ(s.tensor_count, 0u);
   EXPECT_EQ(s.parameter_count, 0u);
   EXPECT_FALSE(s.bits_per_weight().has_value());
@@ -220,4 +223,25 @@ TEST(ModelSummary, EmptyFileHasNoFacts) {
   EXPECT_FALSE(s.vocab_size.has_value());
   EXPECT_FALSE(s.tokenizer_model.has_value());
   EXPECT_TRUE(s.special_tokens.empty());
+}
+
+// Runnable says what loading says: the loader's own reason when it refuses,
+// and the tensors a runnable file holds that the forward pass leaves unread.
+TEST(ModelSummary, RunnabilityIsWhatTheLoaderSays) {
+  const auto unknown = summary_of("vocab/ggml-vocab-bert-bge.gguf");
+  EXPECT_FALSE(unknown.architecture_known);
+  EXPECT_FALSE(unknown.architecture_runnable);
+
+  const auto path = m40::test::shared_model("arch/tiny-mixtral-F32.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared data missing";
+  const auto moe = summary_of("arch/tiny-mixtral-F32.gguf");
+  EXPECT_TRUE(moe.architecture_known);
+  EXPECT_FALSE(moe.architecture_runnable);
+  EXPECT_NE(moe.not_runnable_reason.find("mixture-of-experts"), std::string::npos) << moe.not_runnable_reason;
+
+  for (const char* stem : {"qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3", "granite", "smollm3"}) {
+    const auto s = summary_of(std::string("arch/tiny-") + stem + "-F32.gguf");
+    EXPECT_TRUE(s.architecture_runnable) << stem << ": " << s.not_runnable_reason;
+    EXPECT_TRUE(s.unused_tensors.empty()) << stem << " leaves " << s.unused_tensors.front() << " unread";
+  }
 }
