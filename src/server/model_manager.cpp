@@ -46,6 +46,15 @@ void add_counters(engine::SchedulerStats& to, const engine::SchedulerStats& from
   to.steps += from.steps;
 }
 
+// Whether the resident model answers a request for `target`: the same
+// file, and the context asked for, if any.
+bool serves(const ResidentModel& resident, const ModelTarget& target) {
+  return resident.path == target.path && (target.n_ctx == 0 || resident.backend->n_ctx() == target.n_ctx);
+}
+
+// Whether two waiting requests want the same load.
+bool same_model(const ModelTarget& a, const ModelTarget& b) { return a.path == b.path && a.n_ctx == b.n_ctx; }
+
 }  // namespace
 
 void ModelLease::release() {
@@ -92,28 +101,31 @@ ModelTarget ModelManager::resolve(const std::string& ref) const {
   }
 }
 
-std::shared_ptr<ModelLease> ModelManager::acquire(const std::string& ref, std::optional<KeepAlive> keep_alive) {
-  const ModelTarget target = resolve(ref);
+std::shared_ptr<ModelLease> ModelManager::acquire(const std::string& ref, std::optional<KeepAlive> keep_alive,
+                                                  int n_ctx) {
+  if (n_ctx < 0) throw HttpError{400, "num_ctx must be positive"};
+  ModelTarget target = resolve(ref);
+  target.n_ctx = n_ctx;
   const KeepAlive ka = keep_alive.value_or(options_.keep_alive);
   std::unique_lock lock(mutex_);
   bool waited_for_load = false;
   const auto asked = SteadyClock::now();
   for (;;) {
     if (stopping_) throw HttpError{503, "the server is shutting down", "server_error", "shutting_down"};
-    const bool switch_pending = !wanted_path_.empty() && wanted_path_ != target.path;
-    if (!loading_ && !switch_pending && resident_ && resident_->path == target.path) {
+    const bool switch_pending = wanted_ && !same_model(*wanted_, target);
+    if (!loading_ && !switch_pending && resident_ && serves(*resident_, target)) {
       ++users_;
       const double waited = waited_for_load ? std::chrono::duration<double>(SteadyClock::now() - asked).count() : 0.0;
       return std::make_shared<ModelLease>(*this, resident_, ka, waited);
     }
     if (!loading_ && !switch_pending && users_ == 0) break;  // this request loads it
-    if (!switch_pending && resident_ && resident_->path != target.path) wanted_path_ = target.path;
+    if (!switch_pending && resident_ && !serves(*resident_, target)) wanted_ = target;
     waited_for_load = true;
     cv_.wait(lock);
   }
 
   loading_ = true;
-  wanted_path_.clear();
+  wanted_.reset();
   auto old = take_resident();
   lock.unlock();
   old.reset();  // stops its scheduler
@@ -145,7 +157,7 @@ std::shared_ptr<ResidentModel> ModelManager::load(const ModelTarget& target) con
   m->vocab = std::make_unique<tokenizer::Vocab>(tokenizer::Vocab::from_metadata(m->model->file.metadata()));
   m->chat_template.emplace(chat::model_chat_template(m->model->file));
   engine::BackendOptions bo;
-  bo.n_ctx = options_.n_ctx;
+  bo.n_ctx = target.n_ctx > 0 ? target.n_ctx : options_.n_ctx;
   bo.n_seq = options_.parallel;
   bo.threads = options_.threads;
   bo.force_cpu = options_.force_cpu;
@@ -183,7 +195,7 @@ void ModelManager::release(const std::shared_ptr<ResidentModel>& model, KeepAliv
       expires_ = SteadyClock::now() + keep_alive.duration;
       expires_wall_ = std::chrono::system_clock::now() + keep_alive.duration;
     }
-    if (users_ == 0 && keep_alive.unload_at_once() && wanted_path_.empty()) unloaded = take_resident();
+    if (users_ == 0 && keep_alive.unload_at_once() && !wanted_) unloaded = take_resident();
     cv_.notify_all();
   }
 }
@@ -202,7 +214,7 @@ bool ModelManager::unload_if_idle(const std::string& path) {
 void ModelManager::reap_idle() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    const bool idle = resident_ && users_ == 0 && !loading_ && wanted_path_.empty();
+    const bool idle = resident_ && users_ == 0 && !loading_ && !wanted_;
     if (idle && expires_) {
       if (SteadyClock::now() >= *expires_) {
         auto unloaded = take_resident();

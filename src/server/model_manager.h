@@ -3,8 +3,10 @@
 // resident. One model is resident at a time. A request for another model
 // waits until the running requests of the resident one have finished (new
 // requests for the resident model wait too, so a switch is never starved),
-// then the old model is unloaded and the new one loaded. A model idle for
-// its keep_alive is unloaded.
+// then the old model is unloaded and the new one loaded. A request that asks
+// for a context size (Ollama's num_ctx) other than the resident model's is a
+// request for another model in this sense: the model is reloaded with that
+// context, as Ollama does. A model idle for its keep_alive is unloaded.
 //
 //   auto lease = models.acquire("tiny:q8_0", keep_alive);  // loads if needed
 //   lease->model().scheduler->submit(...);                 // held while used
@@ -45,10 +47,12 @@ struct ResidentModel {
   std::unique_ptr<engine::Scheduler> scheduler;
 };
 
-// A model a request names: its API name and its file.
+// A model a request names: its API name and its file, and the context
+// size it asks for.
 struct ModelTarget {
   std::string name;
   std::string path;  // canonical
+  int n_ctx = 0;     // positions per sequence asked for (num_ctx); 0: any, the server's when loading
 };
 
 class ModelManager;
@@ -102,7 +106,9 @@ class ModelManager {
   // The named model, loaded when it is not resident; waits while another
   // model finishes its requests or loads. Throws HttpError: 404 unknown
   // model, 500 load failure (the server keeps running), 503 stopping.
-  std::shared_ptr<ModelLease> acquire(const std::string& ref, std::optional<KeepAlive> keep_alive);
+  // `n_ctx` > 0 asks for that context per sequence (reloading the model
+  // when the resident one has another); 0 takes the model as it is loaded.
+  std::shared_ptr<ModelLease> acquire(const std::string& ref, std::optional<KeepAlive> keep_alive, int n_ctx = 0);
 
   // Unloads the resident model now when no request uses it (keep_alive 0 on
   // an empty request). Returns whether it was unloaded.
@@ -138,7 +144,7 @@ class ModelManager {
   std::optional<std::chrono::steady_clock::time_point> expires_;  // nullopt: never
   std::chrono::system_clock::time_point expires_wall_{};
   bool loading_ = false;
-  std::string wanted_path_;  // a waiting request's model: the resident one's new requests wait too
+  std::optional<ModelTarget> wanted_;  // a waiting request's model: the resident one's new requests wait too
   bool stopping_ = false;
   engine::SchedulerStats retired_;  // counters of unloaded schedulers
   std::thread reaper_;

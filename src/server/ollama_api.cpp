@@ -18,7 +18,7 @@ namespace {
 int64_t ns(double seconds) { return static_cast<int64_t>(seconds * 1e9); }
 
 // Ollama's defaults, which differ from llama.cpp's (docs/sampling.md).
-engine::RequestParams ollama_params(const json& body, int n_ctx) {
+engine::RequestParams ollama_params(const json& body) {
   engine::RequestParams p;
   auto& sp = p.sampler;
   sp.temperature = 0.8f;
@@ -44,13 +44,21 @@ engine::RequestParams ollama_params(const json& body, int n_ctx) {
   // full; past int32 is clamped, and the context ends the answer first.
   if (auto v = get_int(o, "num_predict")) p.max_tokens = *v < 0 ? -1 : clamp_to_int32(*v);
   p.stop = get_stop(o, "stop");
-  if (auto v = get_int(o, "num_ctx"); v && *v > n_ctx) {
-    // The context is fixed when the server starts; say so instead of failing
-    // clients that always send num_ctx.
-    std::fprintf(stderr, "m40-llm: a request asked for num_ctx %lld; this server runs with %d (--ctx)\n",
-                 static_cast<long long>(*v), n_ctx);
-  }
   return p;
+}
+
+// options.num_ctx: the context the model is to run with (0: as loaded).
+// The model reloads with it when the resident one has another, as Ollama's
+// does; the memory plan refuses a context that does not fit.
+int requested_context(const json& body) {
+  auto it = body.find("options");
+  if (it == body.end() || !it->is_object()) return 0;
+  const auto v = get_int(*it, "num_ctx");
+  if (!v) return 0;
+  if (*v <= 0 || *v > (int64_t{1} << 24)) {
+    throw HttpError{400, "options.num_ctx must be between 1 and 16777216, got " + std::to_string(*v)};
+  }
+  return static_cast<int>(*v);
 }
 
 bool wants_stream(const json& body) { return get_bool(body, "stream").value_or(true); }
@@ -125,10 +133,10 @@ void handle_generation(Server::State& s, const httplib::Request& req, httplib::R
   const auto system = chat ? std::nullopt : get_string(body, "system");
   const bool raw = get_bool(body, "raw").value_or(false);
 
-  auto lease = s.models.acquire(model_ref, keep_alive);
+  engine::RequestParams params = ollama_params(body);
+  auto lease = s.models.acquire(model_ref, keep_alive, requested_context(body));
   ResidentModel& m = lease->model();
   const std::string model = ollama_name(model_ref.empty() ? m.name : model_ref);
-  engine::RequestParams params = ollama_params(body, m.scheduler->n_ctx());
 
   if (chat ? messages.empty() : (prompt.empty() && !system)) {
     // Ollama answers a request without a prompt by loading the model (or,

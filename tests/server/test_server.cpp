@@ -760,3 +760,41 @@ TEST(HostPort, ParsesEnvironmentForms) {
   EXPECT_EQ(port, 7000);
   EXPECT_THROW(server::parse_host_port("h:99999", host, port), Error);
 }
+
+// options.num_ctx reloads the model with that context, as Ollama does;
+// requests without it (and the OpenAI routes) take the model as loaded.
+TEST_F(ServerTest, NumCtxReloadsTheModelWithThatContext) {
+  start(with(1));
+  auto context_of_resident = [&] {
+    auto r = client().Get("/api/ps");
+    EXPECT_TRUE(r);
+    const json models = r ? json::parse(r->body)["models"] : json::array();
+    return models.size() == 1 ? models[0]["context_length"].get<int>() : -1;
+  };
+  auto generate = [&](json options) {
+    options["num_predict"] = 2;
+    return post("/api/generate", {{"prompt", "Hi"}, {"stream", false}, {"options", options}});
+  };
+  EXPECT_EQ(context_of_resident(), 256);  // the server's --ctx
+  auto r = generate({{"num_ctx", 512}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(context_of_resident(), 512);
+  r = generate(json::object());  // no num_ctx: whatever is loaded
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(context_of_resident(), 512);
+  auto openai = post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}});
+  ASSERT_TRUE(openai);
+  EXPECT_EQ(openai->status, 200) << openai->body;
+  EXPECT_EQ(context_of_resident(), 512);
+  r = generate({{"num_ctx", 128}});
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(context_of_resident(), 128);
+  for (const json& bad : {json(0), json(-5), json(int64_t{1} << 40)}) {
+    r = generate({{"num_ctx", bad}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad << ": " << r->body;
+    EXPECT_NE(r->body.find("num_ctx"), std::string::npos) << r->body;
+  }
+  EXPECT_EQ(context_of_resident(), 128);  // a refused request changes nothing
+}
