@@ -19,6 +19,11 @@
 using namespace m40;
 using gguf::TensorType;
 
+namespace m40::gguf {
+// Failures name the type rather than dumping its bytes.
+static void PrintTo(TensorType type, std::ostream* os) { *os << tensor_type_name(type); }
+}  // namespace m40::gguf
+
 namespace {
 
 std::filesystem::path temp_model(const std::string& name) {
