@@ -84,6 +84,43 @@ struct ModelUnderTest {
   }
 };
 
+inline size_t argmax(const float* v, size_t n);
+
+// Decodes greedily from ref.prompt through `backend` (sequence 0, fresh)
+// for as long as the reference's steps have a margin of at least
+// `min_margin` (below it a tie is legitimate), comparing every chosen
+// token with the reference's. Returns how many steps matched; `mismatch`
+// is the first step that did not (-1: none).
+struct GreedyComparison {
+  int matched = 0;
+  int mismatch = -1;
+  int32_t expected = 0, got = 0;
+};
+inline GreedyComparison compare_greedy(backend::Backend& backend, const ReferenceCase& ref, float min_margin) {
+  const int n_vocab = backend.n_vocab();
+  backend::Batch batch;
+  const int n = static_cast<int>(ref.prompt.size());
+  for (int i = 0; i < n; ++i) batch.add(ref.prompt[i], i, 0, i == n - 1);
+  std::vector<float> logits(n_vocab);
+  backend.forward(batch, logits);
+  GreedyComparison c;
+  for (size_t step = 0; step < ref.greedy.size(); ++step) {
+    if (ref.greedy[step].margin_to_2nd < min_margin) break;
+    const int32_t next = static_cast<int32_t>(argmax(logits.data(), n_vocab));
+    if (next != ref.greedy[step].id) {
+      c.mismatch = static_cast<int>(step);
+      c.expected = ref.greedy[step].id;
+      c.got = next;
+      break;
+    }
+    ++c.matched;
+    batch.clear();
+    batch.add(next, n + static_cast<int32_t>(step), 0, true);
+    backend.forward(batch, logits);
+  }
+  return c;
+}
+
 inline size_t argmax(const float* v, size_t n) { return static_cast<size_t>(std::max_element(v, v + n) - v); }
 
 inline float max_abs_diff(const float* a, const float* b, size_t n) {

@@ -87,26 +87,13 @@ TEST_P(CpuReference, LastPositionLogitsAndEveryPromptPosition) {
 }
 
 TEST_P(CpuReference, GreedyContinuationUpToTheFirstNearTie) {
-  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
   for (const char* prompt : {"once-upon-a-time", "the-quick-brown-fox"}) {
     SCOPED_TRACE(prompt);
     auto ref = test::ReferenceCase::load(ref_dir_ / prompt);
     auto be = model_->backend();
-    backend::Batch batch;
-    const int n = static_cast<int>(ref.prompt.size());
-    for (int i = 0; i < n; ++i) batch.add(ref.prompt[i], i, 0, i == n - 1);
-    std::vector<float> logits(n_vocab);
-    be->forward(batch, logits);
-    int compared = 0;
-    for (size_t step = 0; step < ref.greedy.size(); ++step) {
-      if (ref.greedy[step].margin_to_2nd < GetParam().tolerance) break;  // a legitimate tie from here on
-      const int32_t next = static_cast<int32_t>(argmax(logits.data(), n_vocab));
-      ASSERT_EQ(next, ref.greedy[step].id) << "step " << step;
-      ++compared;
-      batch.clear();
-      batch.add(next, n + static_cast<int32_t>(step), 0, true);
-      be->forward(batch, logits);
-    }
+    const auto c = test::compare_greedy(*be, ref, GetParam().tolerance);  // below: a legitimate tie
+    EXPECT_EQ(c.mismatch, -1) << "step " << c.mismatch << ": " << c.got << " instead of " << c.expected;
+    const int compared = c.matched;
     RecordProperty(std::string(prompt) + "_steps_compared", compared);
   }
 }
