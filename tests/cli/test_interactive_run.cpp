@@ -7,8 +7,7 @@
 #include <regex>
 
 #include "binary_runner.h"
-#include "gguf/file.h"
-#include "gguf/writer.h"
+#include "gguf_copy.h"
 #include "pty_session.h"
 
 namespace {
@@ -244,19 +243,6 @@ TEST(PipedRun, ReadsMessagesLineByLine) {
 
 namespace {
 
-// TinyStories with another chat template: the same weights, the metadata's
-// tokenizer.chat_template replaced (as a model that ships that template).
-fs::path model_with_template(const fs::path& template_file, const fs::path& out) {
-  const auto source = m40::gguf::File::open(model_path());
-  m40::gguf::Writer w(source.alignment());
-  for (const auto& [key, value] : source.metadata().entries()) w.metadata().set(key, value);
-  std::ifstream in(template_file);
-  w.metadata().set("tokenizer.chat_template", std::string(std::istreambuf_iterator<char>(in), {}));
-  for (const auto& t : source.tensors()) w.add_tensor(t.name, t.type, t.dims, source.tensor_data(t));
-  w.write(out.string());
-  return out;
-}
-
 std::string piped_chat(const fs::path& model, const std::string& input, m40::test::BinaryResult& r) {
   const fs::path in = fs::path(::testing::TempDir()) / ("m40_chat_in_" + std::to_string(::getpid()));
   std::ofstream(in) << input;
@@ -274,8 +260,9 @@ std::string piped_chat(const fs::path& model, const std::string& input, m40::tes
 TEST(PipedRun, AFailedTurnIsDroppedAndTheChatGoesOn) {
   const fs::path tpl = m40::test::shared_dir() / "templates" / "google-gemma-2-2b-it.jinja";
   if (!fs::exists(model_path()) || !fs::exists(tpl)) GTEST_SKIP() << "shared models or templates missing";
-  const fs::path model = model_with_template(
-      tpl, fs::path(::testing::TempDir()) / ("m40_gemma_tpl_" + std::to_string(::getpid()) + ".gguf"));
+  // TinyStories shipping gemma-2's template.
+  const fs::path model = m40::test::copy_model_with_template(
+      model_path(), tpl, fs::path(::testing::TempDir()) / ("m40_gemma_tpl_" + std::to_string(::getpid()) + ".gguf"));
   m40::test::BinaryResult r;
   piped_chat(model,
              "/set parameter temperature 0\n/set parameter num_predict 4\nhello\n/set system be nice\n"

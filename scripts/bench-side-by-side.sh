@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Decode and prompt speed of m40-llm and llama.cpp on the same GGUF files, in
+# one run on one GPU: writes real-shaped models with `m40-llm gen-model`
+# (random weights), runs `m40-llm bench` and `llama-bench` on each, and
+# prints one markdown table (also DIR/side-by-side.md).
+#
+#   bash scripts/bench-side-by-side.sh --m40 BIN --out DIR [--llama-bench BIN | --llama-tar TAR]
+#        [--models DIR] [--case SHAPE:TYPE:TOKENIZER]... [-n 128] [-p 512] [-r 3]
+#
+#   --m40 BIN          the m40-llm binary to measure
+#   --llama-bench BIN  llama.cpp's llama-bench; or
+#   --llama-tar TAR    llama.cpp's source tarball (../shared/peers), built here
+#                      for this GPU's architecture (about 4 minutes on 16 cores)
+#   --models DIR       where the generated models go (default /tmp/m40-side-models),
+#                      reused when present
+#   --case S:T:V       gen-model shape S, type T, tokenizer GGUF V (a vocabulary
+#                      file: the models' vocabulary and output head size);
+#                      default: the Llama-2-7B Q4_K_M baseline only
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$M40_ROOT"
+
+m40="" llama_bench="" llama_tar="" out="" models=/tmp/m40-side-models n=128 p=512 r=3
+cases=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --m40) m40=$2; shift 2 ;;
+    --llama-bench) llama_bench=$2; shift 2 ;;
+    --llama-tar) llama_tar=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --case) cases+=("$2"); shift 2 ;;
+    -n) n=$2; shift 2 ;;
+    -p) p=$2; shift 2 ;;
+    -r) r=$2; shift 2 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) m40_die "unknown argument $1 (see --help)" ;;
+  esac
+done
+[ -n "$m40" ] && [ -n "$out" ] || m40_die "--m40 BIN and --out DIR are required (see --help)"
+[ ${#cases[@]} -gt 0 ] || cases=("llama2-7b:q4_k_m:$M40_SHARED_DIR/models/llama-2-tiny-random.gguf")
+mkdir -p "$out" "$models"
+out=$(cd "$out" && pwd)
+
+if [ -z "$llama_bench" ]; then
+  [ -n "$llama_tar" ] || m40_die "give --llama-bench or --llama-tar"
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
+  src=/tmp/llama-side && mkdir -p "$src" && tar xJf "$llama_tar" -C "$src"
+  m40_log "building llama-bench for sm_$arch"
+  { cmake -S "$src/llama.cpp" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="$arch" -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF &&
+    cmake --build "$src/build" -j "$(nproc)" --target llama-bench; } > "$out/llama-build.log" 2>&1 ||
+    m40_die "llama.cpp did not build ($out/llama-build.log)"
+  llama_bench=$(find "$src/build" -name llama-bench -type f -perm -u+x | head -n 1)
+fi
+
+table="$out/side-by-side.md"
+{
+  echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1)"
+  echo
+  echo "| model | file | m40-llm pp$p | llama.cpp pp$p | m40-llm tg$n | llama.cpp tg$n | tg ratio |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+} > "$table"
+
+# The t/s column of a markdown row whose test column is $2 (m40-llm's and
+# llama-bench's tables both end with "| test | t/s |").
+tps() { grep -E "\| *$2 *\|" "$1" | head -n 1 | awk -F'|' '{print $(NF-1)}' | sed 's/±.*//' | tr -d ' '; }
+
+for c in "${cases[@]}"; do
+  IFS=: read -r shape type vocab <<< "$c"
+  file="$models/$shape-$type.gguf"
+  if [ ! -f "$file" ]; then
+    m40_log "gen-model $file"
+    "$m40" gen-model "$file" --shape "$shape" --type "$type" --tokenizer-from "$vocab" >> "$out/gen-model.log" 2>&1 ||
+      { echo "| $shape $type | gen-model failed | | | | | |" >> "$table"; continue; }
+  fi
+  m40_log "bench $shape $type"
+  "$m40" bench "$file" -p "$p" -n "$n" -b 1 -r "$r" > "$out/m40-$shape-$type.md" 2>&1
+  "$llama_bench" -m "$file" -ngl 99 -fa 1 -p "$p" -n "$n" -r "$r" > "$out/llama-$shape-$type.md" 2>&1
+  m_pp=$(tps "$out/m40-$shape-$type.md" "pp$p") m_tg=$(tps "$out/m40-$shape-$type.md" "tg$n")
+  l_pp=$(tps "$out/llama-$shape-$type.md" "pp$p") l_tg=$(tps "$out/llama-$shape-$type.md" "tg$n")
+  ratio=$(awk -v a="$m_tg" -v b="$l_tg" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')
+  size=$(awk -v s="$(stat -c %s "$file")" 'BEGIN { printf "%.2f GiB", s / 1073741824 }')
+  echo "| $shape $type | $size | ${m_pp:-?} | ${l_pp:-?} | ${m_tg:-?} | ${l_tg:-?} | $ratio |" >> "$table"
+done
+cat "$table"
