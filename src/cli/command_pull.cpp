@@ -1,5 +1,6 @@
 // `m40-llm pull REF [--name NAME]`: a model into the store from a URL, from
-// Hugging Face (hf.co/ORG/REPO[:QUANT], ORG/REPO/FILE.gguf) or from a file.
+// Hugging Face (hf.co/ORG/REPO[:QUANT], ORG/REPO/FILE.gguf), from the Ollama
+// library (NAME[:TAG], NAMESPACE/NAME[:TAG]) or from a file.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -64,15 +65,18 @@ void register_pull_command(CLI::App& app) {
   auto opts = std::make_shared<PullCommandOptions>();
   CLI::App* cmd = app.add_subcommand("pull", "Download a GGUF model into the model store ($M40_LLM_HOME, default ~/.m40-llm)");
   cmd->add_option("REF", opts->ref,
-                  "A URL, hf.co/ORG/REPO[:QUANT] (default quantization Q4_K_M), ORG/REPO/FILE.gguf, or a local GGUF file")
+                  "A URL, hf.co/ORG/REPO[:QUANT] (default quantization Q4_K_M), ORG/REPO/FILE.gguf, an Ollama "
+                  "library name NAME[:TAG] or NAMESPACE/NAME[:TAG] (default tag latest), or a local GGUF file")
       ->required();
   cmd->add_option("--name", opts->name, "Store it under this NAME[:TAG] instead of the name made from REF");
   cmd->footer(
       "Interrupted downloads resume where they stopped; the file is checked against the\n"
       "sha256 the source gives and validated as GGUF before it appears in `m40-llm list`.\n"
-      "M40_LLM_HF_ENDPOINT sets the Hugging Face server, HF_TOKEN a token for gated repositories.\n"
+      "M40_LLM_HF_ENDPOINT sets the Hugging Face server, HF_TOKEN a token for gated repositories,\n"
+      "M40_LLM_OLLAMA_REGISTRY the Ollama registry (default https://registry.ollama.ai).\n"
       "\n"
       "Examples:\n"
+      "  m40-llm pull qwen3:8b\n"
       "  m40-llm pull hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M\n"
       "  m40-llm pull TheBloke/TinyLlama-1.1B-Chat-v1.0-GGUF/tinyllama-1.1b-chat-v1.0.Q8_0.gguf\n"
       "  m40-llm pull https://example.com/model.gguf --name mymodel:q8_0\n"

@@ -167,6 +167,7 @@ struct Transfer {
   // Per attempt.
   bool started = false;
   long status = 0;
+  bool length_known = false;  // the response said how long the file is
   bool bad_range = false;
   int write_errno = 0;
   std::optional<uint64_t> range_start;
@@ -177,6 +178,7 @@ struct Transfer {
   void begin_attempt() {
     started = false;
     status = 0;
+    length_known = false;
     bad_range = false;
     write_errno = 0;
     range_start.reset();
@@ -272,10 +274,12 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
     }
     if (t.status == 206 && t.range_total) {
       t.total = *t.range_total;
+      t.length_known = true;
     } else {
       curl_off_t length = -1;
       curl_easy_getinfo(t.easy->get(), CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
       if (length >= 0) t.total = t.offset + static_cast<uint64_t>(length);
+      t.length_known = length >= 0;
     }
     if (!t.total) t.total = t.request->expected_size;
     if (t.offset == 0) {
@@ -382,8 +386,8 @@ LockedPartial::LockedPartial(const std::filesystem::path& path)
 LockedPartial::~LockedPartial() { ::close(fd_); }
 
 DownloadResult download_file(const DownloadRequest& request) {
-  const LockedPartial partial(request.partial);
-  const int fd = partial.fd();
+  std::optional<LockedPartial> own_lock;
+  const int fd = request.locked != nullptr ? request.locked->fd() : own_lock.emplace(request.partial).fd();
 
   Sha256 hash;
   Transfer t;
@@ -461,6 +465,10 @@ DownloadResult download_file(const DownloadRequest& request) {
     if (status == 416) break;  // we hold the whole file already
     if (status >= 400) throw status_error(request.url, status);
     if (code == CURLE_OK) {
+      // A response that arrived whole by its own length is all the server
+      // has: a size unlike the expected one is the caller's to refuse as
+      // corrupt, not a reason to ask for bytes past its end.
+      if (t.length_known && t.total && t.offset >= *t.total) break;
       const std::optional<uint64_t> want = request.expected_size ? request.expected_size : t.total;
       if (!want || t.offset >= *want) break;
       // The server ended the response early without an error: resume.

@@ -80,6 +80,10 @@ std::string http_get_text(const std::string& url, const std::map<std::string, st
 struct DownloadRequest {
   std::string url;
   std::filesystem::path partial;         // appended to when it exists (resume)
+  // The partial file, already opened and locked by the caller, who holds the
+  // lock past the download until the file is verified and installed; null:
+  // download_file locks it itself, for the transfer only.
+  const LockedPartial* locked = nullptr;
   std::optional<uint64_t> expected_size;  // when known: done at this size
   std::map<std::string, std::string> headers;
   int max_attempts = 6;                  // a dropped connection resumes this many times

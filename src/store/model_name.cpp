@@ -84,6 +84,13 @@ std::string sanitize_name_component(const std::string& text) {
   return out;
 }
 
+bool is_gguf_file_name(const std::string& file_name) {
+  if (file_name.size() < 5) return false;
+  std::string tail = file_name.substr(file_name.size() - 5);
+  std::transform(tail.begin(), tail.end(), tail.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return tail == ".gguf";
+}
+
 std::string quant_from_file_name(const std::string& file_name) {
   static const std::regex kQuant(R"((?:^|[-._])((?:I?Q[0-9](?:_[A-Z0-9]+)*)|BF16|F16|F32)(?=$|[-._]))",
                                  std::regex::icase);

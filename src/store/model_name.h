@@ -29,6 +29,9 @@ std::optional<ModelName> try_parse_model_name(const std::string& text);
 // characters outside the allowed set become '-'.
 std::string sanitize_name_component(const std::string& text);
 
+// Whether a file name or path ends in ".gguf" (any case).
+bool is_gguf_file_name(const std::string& file_name);
+
 // The quantization named in a GGUF file name ("Llama-3-8B.Q4_K_M.gguf" ->
 // "Q4_K_M"), in upper case; empty when there is none.
 std::string quant_from_file_name(const std::string& file_name);

@@ -9,8 +9,10 @@ namespace m40::store {
 // An existing file path is returned as given; otherwise `ref` is read as a
 // store name ("tinystories:q8_0", "hf.co/ORG/REPO:Q4_K_M"; tag "latest" when
 // left out) and the path of its model.gguf under $M40_LLM_HOME is returned.
-// Throws m40::Error "model 'x' not found: pull it with m40-llm pull x" when
-// neither exists.
+// Throws m40::Error when neither exists, naming the pull command after
+// which `ref` would be found: "model 'qwen3:8b' not found: pull it with
+// m40-llm pull qwen3:8b", or, where pull stores it under another name
+// (a URL, ORG/REPO/FILE.gguf, library/NAME), that name.
 std::string resolve_model(const std::string& ref);
 
 }  // namespace m40::store

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "store/huggingface.h"
 #include "store/http_download.h"
+#include "store/ollama_registry.h"
 #include "store/progress.h"
 #include "store/sha256.h"
 
@@ -33,16 +34,9 @@ std::vector<std::string> split(const std::string& text, char sep) {
   }
 }
 
-bool ends_with_gguf(const std::string& s) {
-  if (s.size() < 5) return false;
-  std::string tail = s.substr(s.size() - 5);
-  for (auto& c : tail) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return tail == ".gguf";
-}
-
 std::string stem_of(const std::string& file) {
   std::string name = file.substr(file.rfind('/') == std::string::npos ? 0 : file.rfind('/') + 1);
-  if (ends_with_gguf(name)) name.resize(name.size() - 5);
+  if (is_gguf_file_name(name)) name.resize(name.size() - 5);
   return name;
 }
 
@@ -56,6 +50,9 @@ PullRef hf_repo_ref(const std::string& ref, const std::string& body) {
   if (const size_t colon = body.rfind(':'); colon != std::string::npos && body.find('/', colon) == std::string::npos) {
     path = body.substr(0, colon);
     r.quant = body.substr(colon + 1);
+    // ":latest" is the tag a pull without a quantization stores under, so
+    // pulling that store name again means the default quantization too.
+    if (r.quant == kDefaultTag) r.quant.clear();
   }
   auto parts = split(path, '/');
   if (parts.size() < 2 || !valid_hf_part(parts[0]) || !valid_hf_part(parts[1])) {
@@ -71,7 +68,7 @@ PullRef hf_repo_ref(const std::string& ref, const std::string& body) {
   }
   r.kind = SourceKind::HuggingFaceFile;
   r.file = path.substr(r.org.size() + r.repo.size() + 2);
-  if (!ends_with_gguf(r.file) || !r.quant.empty()) {
+  if (!is_gguf_file_name(r.file) || !r.quant.empty()) {
     throw Error("cannot read '" + ref + "': a file in a Hugging Face repository must end in .gguf");
   }
   std::string tag = quant_from_file_name(stem_of(r.file) + ".gguf");
@@ -116,15 +113,14 @@ bool write_all(int fd, const char* data, size_t size) {
   return true;
 }
 
-// Copies a local file into the partial file, hashing as it goes. It holds the
-// partial file's lock, as a download does, before truncating it: a download
-// of the same name in flight makes this a BusyError and keeps its bytes.
-std::string copy_with_hash(const fs::path& from, const fs::path& to,
+// Copies a local file into the partial file `to`, which the caller holds
+// locked (so that a download of the same name in flight kept its bytes),
+// hashing as it goes.
+std::string copy_with_hash(const fs::path& from, const LockedPartial& out, const fs::path& to,
                            const std::function<void(uint64_t, std::optional<uint64_t>)>& report,
                            const std::function<bool()>& interrupted) {
   std::ifstream in(from, std::ios::binary);
   if (!in) throw Error("cannot read " + from.string() + ": " + std::strerror(errno));
-  const LockedPartial out(to);
   if (::ftruncate(out.fd(), 0) != 0) throw DiskError("cannot truncate " + to.string() + ": " + std::strerror(errno), errno);
   std::error_code ec;
   const uint64_t total = fs::file_size(from, ec);
@@ -157,10 +153,27 @@ std::string disk_hint(int error_number) {
 
 std::string short_sha(const std::string& sha) { return sha.substr(0, 12); }
 
+const char* kPullForms =
+    "give a URL, hf.co/ORG/REPO[:QUANT], ORG/REPO/FILE.gguf, an Ollama library name (NAME[:TAG], NAMESPACE/NAME[:TAG]) "
+    "or a GGUF file";
+
+// "template, params" for the log: which Ollama text layers were kept.
+std::string kept_layers(const OllamaExtras& x) {
+  std::string list;
+  const auto add = [&](bool present, const char* what) {
+    if (present) list += (list.empty() ? "" : ", ") + std::string(what);
+  };
+  add(!x.template_text.empty(), "template");
+  add(!x.params.empty(), "params");
+  add(!x.system.empty(), "system message");
+  add(!x.licenses.empty(), "license");
+  return list;
+}
+
 }  // namespace
 
 PullRef parse_pull_ref(const std::string& ref) {
-  if (ref.empty()) throw Error("nothing to pull: give a URL, hf.co/ORG/REPO[:QUANT], ORG/REPO/FILE.gguf or a GGUF file");
+  if (ref.empty()) throw Error(std::string("nothing to pull: ") + kPullForms);
   if (ref.starts_with("http://") || ref.starts_with("https://")) {
     PullRef r;
     r.kind = SourceKind::Url;
@@ -170,7 +183,10 @@ PullRef parse_pull_ref(const std::string& ref) {
     return r;
   }
   std::error_code ec;
-  if (fs::exists(ref, ec)) {
+  // A folder named like a model ("qwen3" in the current directory) does not
+  // hide the Ollama name, as a folder does not hide a stored model for `run`.
+  const bool is_directory = fs::is_directory(ref, ec);
+  if (!is_directory && fs::exists(ref, ec)) {
     if (!fs::is_regular_file(ref, ec)) throw Error(ref + " is not a file");
     PullRef r;
     r.kind = SourceKind::LocalFile;
@@ -181,12 +197,22 @@ PullRef parse_pull_ref(const std::string& ref) {
   for (const char* prefix : {"hf.co/", "huggingface.co/", "https://huggingface.co/"}) {
     if (ref.starts_with(prefix)) return hf_repo_ref(ref, ref.substr(std::strlen(prefix)));
   }
-  if (!ref.starts_with('/') && !ref.starts_with('.') && ends_with_gguf(ref) && split(ref, '/').size() >= 3) {
+  const bool looks_like_path = ref.starts_with('/') || ref.starts_with('.');
+  if (!looks_like_path && is_gguf_file_name(ref) && split(ref, '/').size() >= 3) {
     return hf_repo_ref(ref, ref);
   }
-  if (ends_with_gguf(ref) || ref.starts_with('/') || ref.starts_with('.')) throw Error("no such file: " + ref);
-  throw Error("cannot tell where to pull '" + ref +
-              "' from: give a URL, hf.co/ORG/REPO[:QUANT], ORG/REPO/FILE.gguf or a GGUF file");
+  if (!looks_like_path && !is_gguf_file_name(ref)) {
+    if (const auto name = parse_ollama_name(ref)) {
+      PullRef r;
+      r.kind = SourceKind::OllamaLibrary;
+      r.ollama = *name;
+      r.default_name = name->store_name();
+      return r;
+    }
+  }
+  if (is_directory) throw Error(ref + " is a directory, not a GGUF file");
+  if (is_gguf_file_name(ref) || looks_like_path) throw Error("no such file: " + ref);
+  throw Error("cannot tell where to pull '" + ref + "' from: " + kPullForms);
 }
 
 PullResult pull_model(const Store& store, const PullOptions& options) {
@@ -217,11 +243,28 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
     if (chosen.size > 0) expected_size = chosen.size;
     headers = hf_headers();
   }
+  std::optional<OllamaManifest> ollama_manifest;
+  if (ref.kind == SourceKind::OllamaLibrary) {
+    // The model layer is a plain download of a blob named by its sha256.
+    ollama_manifest = fetch_ollama_manifest(ref.ollama);
+    url = ollama_blob_url(ref.ollama, ollama_manifest->model.sha256);
+    source = url;
+    expected_sha = ollama_manifest->model.sha256;
+    if (ollama_manifest->model.size > 0) expected_size = ollama_manifest->model.size;
+  }
 
   const auto existing = store.find(name);
   if (existing && expected_sha && existing->sha256 == *expected_sha) {
     std::fprintf(log, "%s is up to date (sha256 %s)\n", name.str().c_str(), short_sha(existing->sha256).c_str());
     return {*existing, true};
+  }
+  // The small text layers come first: a failure there costs no download.
+  std::optional<OllamaExtras> ollama_extras;
+  if (ollama_manifest) {
+    for (const auto& media_type : ollama_manifest->ignored) {
+      std::fprintf(log, "not pulling the layer %s (m40-llm does not use it)\n", media_type.c_str());
+    }
+    ollama_extras = fetch_ollama_extras(ref.ollama, *ollama_manifest);
   }
 
   std::error_code ec;
@@ -245,15 +288,21 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   };
   std::string sha;
   uint64_t size = 0;
+  // The partial file's lock, held from before its first byte until the model
+  // is in place or the pull has failed: a second pull of the name and `rm`
+  // keep off its files meanwhile (BusyError).
+  std::optional<LockedPartial> lock;
   try {
+    lock.emplace(partial);
     if (ref.kind == SourceKind::LocalFile) {
       source = fs::absolute(ref.location).lexically_normal().string();
-      sha = copy_with_hash(ref.location, partial, report, options.interrupted);
+      sha = copy_with_hash(ref.location, *lock, partial, report, options.interrupted);
       size = fs::file_size(partial);
     } else {
       DownloadRequest request;
       request.url = url;
       request.partial = partial;
+      request.locked = &*lock;
       request.expected_size = expected_size;
       request.headers = headers;
       request.on_progress = report;
@@ -327,6 +376,7 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   manifest.source = source;
   manifest.size = size;
   manifest.sha256 = sha;
+  manifest.ollama = ollama_extras;
   try {
     manifest = store.install(name, partial, manifest);
   } catch (const Error& e) {
@@ -344,6 +394,10 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   else std::fprintf(log, "sha256 %s (the source gave none to check against)\n", short_sha(sha).c_str());
   std::fprintf(log, "stored %s (%s, %s)\n", name.str().c_str(), human_size(size).c_str(),
                manifest.quant.empty() ? "unknown type" : manifest.quant.c_str());
+  if (ollama_extras && !kept_layers(*ollama_extras).empty()) {
+    std::fprintf(log, "kept its Ollama %s in manifest.json (not used: the GGUF's own chat template is)\n",
+                 kept_layers(*ollama_extras).c_str());
+  }
   return {manifest, false};
 }
 

@@ -1,5 +1,5 @@
-// `pull`: a model from a URL, from Hugging Face or from a local file into the
-// store — resumed when interrupted, checked against its sha256 when the
+// `pull`: a model from a URL, from Hugging Face, from the Ollama library or
+// from a local file into the store — resumed when interrupted, checked against its sha256 when the
 // source says it, validated as GGUF, and only then made visible.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "store/model_name.h"
+#include "store/ollama_registry.h"
 #include "store/store.h"
 
 namespace m40::store {
@@ -19,12 +20,14 @@ enum class SourceKind {
   HuggingFaceRepo,  // hf.co/ORG/REPO[:QUANT]
   HuggingFaceFile,  // [hf.co/]ORG/REPO/FILE.gguf
   LocalFile,        // an existing file
+  OllamaLibrary,    // [NAMESPACE/]MODEL[:TAG], as `ollama pull` takes it
 };
 
 struct PullRef {
   SourceKind kind = SourceKind::Url;
   std::string location;  // the URL or the local path
   std::string org, repo, quant, file;  // Hugging Face parts
+  OllamaName ollama;                    // an Ollama library name
   ModelName default_name;
 };
 

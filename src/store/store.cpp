@@ -10,12 +10,12 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "common/error.h"
 #include "gguf/file.h"
 #include "model/model_summary.h"
 #include "store/http_download.h"
-#include "store/model_ref.h"
 
 namespace m40::store {
 
@@ -35,7 +35,33 @@ Json to_json(const Manifest& m) {
   if (m.file_type) j["file_type"] = *m.file_type;
   j["quant"] = m.quant;
   j["architecture"] = m.architecture;
+  if (m.ollama) {
+    Json o = Json::object();
+    if (!m.ollama->template_text.empty()) o["template"] = m.ollama->template_text;
+    if (!m.ollama->system.empty()) o["system"] = m.ollama->system;
+    if (!m.ollama->params.empty()) {
+      // Kept as JSON when it is (it always is from the registry), so that
+      // the manifest reads naturally; as text otherwise.
+      Json params = Json::parse(m.ollama->params, nullptr, false);
+      o["params"] = params.is_discarded() ? Json(m.ollama->params) : params;
+    }
+    if (!m.ollama->licenses.empty()) o["license"] = m.ollama->licenses;
+    j["ollama"] = o;
+  }
   return j;
+}
+
+OllamaExtras ollama_extras_from_json(const Json& o) {
+  OllamaExtras x;
+  x.template_text = o.value("template", "");
+  x.system = o.value("system", "");
+  if (o.contains("params")) x.params = o["params"].is_string() ? o["params"].get<std::string>() : o["params"].dump();
+  if (o.contains("license") && o["license"].is_array()) {
+    for (const auto& l : o["license"]) {
+      if (l.is_string()) x.licenses.push_back(l.get<std::string>());
+    }
+  }
+  return x;
 }
 
 Manifest from_json(const Json& j) {
@@ -49,6 +75,7 @@ Manifest from_json(const Json& j) {
   if (j.contains("file_type") && j["file_type"].is_number_unsigned()) m.file_type = j["file_type"].get<uint32_t>();
   m.quant = j.value("quant", "");
   m.architecture = j.value("architecture", "");
+  if (j.contains("ollama") && j["ollama"].is_object()) m.ollama = ollama_extras_from_json(j["ollama"]);
   return m;
 }
 
@@ -108,12 +135,28 @@ std::vector<Manifest> Store::list() const {
   return out;
 }
 
-void Store::remove(const ModelName& name) const {
+Store::Removed Store::remove(const ModelName& name) const {
   std::error_code ec;
-  if (!fs::exists(manifest_path(name), ec)) throw Error("model '" + name.str() + "' not found");
+  const fs::path partial = partial_path(name);
+  const fs::path record = partial_record_path(partial);
+  const bool is_model = fs::exists(manifest_path(name), ec);
+  // A pull that never finished leaves only its partial file and record.
+  const bool has_partial = fs::exists(partial, ec) || fs::exists(record, ec);
+  if (!is_model && !has_partial) throw Error("model '" + name.str() + "' not found");
+  // A pull holds the partial file's lock until its model is in place:
+  // holding it here keeps the files of a pull in progress out of reach.
+  std::optional<LockedPartial> lock;
+  if (fs::exists(partial, ec)) {
+    try {
+      lock.emplace(partial);
+    } catch (const BusyError&) {
+      throw BusyError("cannot remove '" + name.str() + "': a pull of it is running (it is writing " + partial.string() +
+                      "); wait for it to finish, or stop it, then remove it");
+    }
+  }
   // The manifest goes first: a model without one is not a model, whatever
   // happens to the rest.
-  for (const auto& p : {manifest_path(name), gguf_path(name), partial_path(name), partial_record_path(partial_path(name))}) {
+  for (const auto& p : {manifest_path(name), gguf_path(name), partial, record}) {
     if (!fs::remove(p, ec) && ec) throw Error("cannot remove " + p.string() + ": " + system_message(ec));
   }
   // Empty folders up to models/ go too, so `list` and the tree stay tidy.
@@ -124,6 +167,7 @@ void Store::remove(const ModelName& name) const {
     if (ec) break;
     dir = dir.parent_path();
   }
+  return is_model ? Removed::Model : Removed::UnfinishedDownload;
 }
 
 Manifest Store::install(const ModelName& name, const fs::path& verified_file, Manifest manifest) const {
@@ -217,23 +261,6 @@ std::string human_size(uint64_t bytes) {
   else if (value >= 100.0) std::snprintf(buf, sizeof buf, "%.0f %s", value, kUnits[unit]);
   else std::snprintf(buf, sizeof buf, "%.1f %s", value, kUnits[unit]);
   return buf;
-}
-
-std::string resolve_model(const std::string& ref) {
-  std::error_code ec;
-  if (!ref.empty() && fs::is_regular_file(ref, ec)) return ref;
-  // Only a file path wins over a store name: a folder that happens to have
-  // a model's name (./tinystories) does not hide the model.
-  const bool is_directory = fs::is_directory(ref, ec);
-  if (!is_directory && (ref.starts_with('/') || ref.starts_with("./") || ref.starts_with("../"))) {
-    throw Error("model file '" + ref + "' does not exist");
-  }
-  if (auto name = try_parse_model_name(ref)) {
-    const Store store = Store::from_environment();
-    if (auto m = store.find(*name)) return m->gguf_path.string();
-  }
-  if (is_directory) throw Error("'" + ref + "' is a directory, not a GGUF model file");
-  throw Error("model '" + ref + "' not found: pull it with m40-llm pull " + ref);
 }
 
 }  // namespace m40::store

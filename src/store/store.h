@@ -3,6 +3,7 @@
 //   models/<name>/<tag>/model.gguf           the model, complete and verified
 //   models/<name>/<tag>/manifest.json        what it is and where it came from
 //   models/<name>/<tag>/model.gguf.partial   a download in progress (never listed)
+//   models/<name>/<tag>/model.gguf.partial.json  what the partial file is (http_download.h)
 //
 // A model exists when its manifest exists; the manifest is written last, by
 // rename, after the GGUF file has been checked and moved into place.
@@ -18,6 +19,19 @@
 
 namespace m40::store {
 
+// The text layers an Ollama library model comes with, kept in its manifest as
+// the registry gave them. Kept, not used: Ollama's template is a Go template,
+// which the Jinja chat engine cannot read, so `run` and `serve` use the GGUF's
+// own chat template (or the documented fallback) as for any other model.
+struct OllamaExtras {
+  std::string template_text;          // application/vnd.ollama.image.template
+  std::string system;                 // ...image.system: a default system message
+  std::string params;                 // ...image.params: JSON text (stop, temperature, ...)
+  std::vector<std::string> licenses;  // ...image.license, one per layer
+
+  bool operator==(const OllamaExtras&) const = default;
+};
+
 struct Manifest {
   std::string name;
   std::string tag;
@@ -28,6 +42,7 @@ struct Manifest {
   std::optional<uint32_t> file_type;  // general.file_type
   std::string quant;       // its name ("Q8_0"), or the dominant tensor type
   std::string architecture;
+  std::optional<OllamaExtras> ollama;  // pulled from the Ollama library
 
   std::filesystem::path gguf_path;  // not stored: where model.gguf lies
 
@@ -51,9 +66,14 @@ class Store {
   std::optional<Manifest> find(const ModelName& name) const;
   // Every model, sorted by name and tag; unreadable manifests are skipped.
   std::vector<Manifest> list() const;
-  // Removes a model (file, manifest, any partial download); throws m40::Error
-  // when it is not in the store.
-  void remove(const ModelName& name) const;
+  enum class Removed {
+    Model,               // a model (and any partial download beside it)
+    UnfinishedDownload,  // only a partial download, which never became a model
+  };
+  // Removes a model (file, manifest, any partial download) or what an
+  // unfinished pull left. Throws m40::Error when there is neither, and
+  // BusyError while a pull of the name holds the partial file's lock.
+  Removed remove(const ModelName& name) const;
 
   // Moves a verified GGUF file (which must lie in model_dir(name)) to
   // model.gguf and writes the manifest (name, tag, gguf facts filled here).

@@ -1,10 +1,14 @@
-// A fake Hugging Face on 127.0.0.1 (an ephemeral port), in the test process:
+// A fake Hugging Face and Ollama registry on 127.0.0.1 (an ephemeral port),
+// in the test process:
 //   GET /api/models/ORG/REPO/tree/main   the file listing (LFS oid = sha256),
 //                                        in pages of set_page_size() files
 //                                        linked by Link: <...>; rel="next"
 //   GET /ORG/REPO/resolve/main/FILE      the file, with Range support
 //   GET /files/NAME                      a plain URL, with X-Linked-Etag
 //   GET /redirect/NAME                   302 to /files/NAME
+//   GET /v2/NS/MODEL/manifests/TAG       an Ollama registry manifest (add_ollama_model)
+//   GET /v2/NS/MODEL/blobs/sha256:HEX    307 to /files/blobs/HEX, as the registry
+//                                        redirects to its CDN
 // Every file has an ETag (from its bytes, so a replaced file has a new one)
 // and honours If-Range: a Range whose If-Range is not the current ETag is
 // answered 200 with the whole file, as real servers do.
@@ -13,6 +17,7 @@
 #pragma once
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -32,6 +37,13 @@ struct HubRequest {
   std::string path;
   std::string range;
   std::string if_range;
+  std::string accept;
+};
+
+// One layer of a fake Ollama model: its media type and bytes.
+struct OllamaLayerBytes {
+  std::string media_type;
+  std::string bytes;
 };
 
 class FakeHub {
@@ -90,6 +102,27 @@ class FakeHub {
       record(req);
       res.set_redirect("/files/" + req.matches[1].str(), 302);
     });
+    server_.Get(R"(/v2/(.+)/manifests/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      record(req);
+      std::lock_guard lock(mutex_);
+      const auto it = manifests_.find(req.matches[1].str() + ":" + req.matches[2].str());
+      if (it == manifests_.end()) {
+        res.status = 404;
+        res.set_content(R"({"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]})", "application/json");
+        return;
+      }
+      res.set_content(it->second, "application/vnd.docker.distribution.manifest.v2+json");
+    });
+    server_.Get(R"(/v2/(.+)/blobs/sha256:([0-9a-f]{64}))", [this](const httplib::Request& req, httplib::Response& res) {
+      record(req);
+      std::lock_guard lock(mutex_);
+      if (files_.count("files/blobs/" + req.matches[2].str()) == 0) {
+        res.status = 404;
+        res.set_content(R"({"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown"}]})", "application/json");
+        return;
+      }
+      res.set_redirect("/files/blobs/" + req.matches[2].str(), 307);
+    });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -121,6 +154,44 @@ class FakeHub {
   }
   Served& add_file(const std::string& key, const std::filesystem::path& path) { return add(key, read_text_file(path)); }
 
+  // Serves the Ollama manifest of REPOSITORY:TAG ("library/qwen3", "8b")
+  // listing `layers`, each blob named by its sha256 and served at
+  // /files/blobs/<sha256> (where blob(sha256) finds it to make it stall,
+  // drop or lie). Returns the manifest.
+  std::string add_ollama_model(const std::string& repository, const std::string& tag,
+                               const std::vector<OllamaLayerBytes>& layers) {
+    nlohmann::ordered_json json_layers = nlohmann::ordered_json::array();
+    for (const auto& layer : layers) {
+      const std::string sha = add("files/blobs/" + sha256_of(layer.bytes), layer.bytes).sha256;
+      json_layers.push_back({{"mediaType", layer.media_type}, {"digest", "sha256:" + sha}, {"size", layer.bytes.size()}});
+    }
+    const std::string config = "{}";
+    add("files/blobs/" + sha256_of(config), config);
+    const nlohmann::ordered_json manifest = {
+        {"schemaVersion", 2},
+        {"mediaType", "application/vnd.docker.distribution.manifest.v2+json"},
+        {"config", {{"mediaType", "application/vnd.docker.container.image.v1+json"},
+                    {"digest", "sha256:" + sha256_of(config)},
+                    {"size", config.size()}}},
+        {"layers", json_layers}};
+    set_ollama_manifest(repository, tag, manifest.dump());
+    return manifest.dump();
+  }
+  // Serves `json` as the manifest of REPOSITORY:TAG, as it is.
+  void set_ollama_manifest(const std::string& repository, const std::string& tag, const std::string& json) {
+    std::lock_guard lock(mutex_);
+    manifests_[repository + ":" + tag] = json;
+  }
+  Served& blob(const std::string& sha256) {
+    std::lock_guard lock(mutex_);
+    return files_.at("files/blobs/" + sha256);
+  }
+  static std::string sha256_of(const std::string& bytes) {
+    store::Sha256 hash;
+    hash.update(bytes.data(), bytes.size());
+    return hash.hex_digest();
+  }
+
   // Downloads that stall halfway close their connection and stop stalling.
   void release_stalls() {
     {
@@ -151,7 +222,8 @@ class FakeHub {
  private:
   void record(const httplib::Request& req) {
     std::lock_guard lock(mutex_);
-    requests_.push_back({req.path, req.get_header_value("Range"), req.get_header_value("If-Range")});
+    requests_.push_back({req.path, req.get_header_value("Range"), req.get_header_value("If-Range"),
+                         req.get_header_value("Accept")});
   }
 
   void serve(const std::string& key, const httplib::Request& req, httplib::Response& res) {
@@ -209,6 +281,7 @@ class FakeHub {
   std::condition_variable stall_released_;
   bool stopping_ = false;
   std::map<std::string, Served> files_;
+  std::map<std::string, std::string> manifests_;  // "library/qwen3:8b" -> JSON
   size_t page_size_ = 0;
   std::vector<HubRequest> requests_;
 };

@@ -96,6 +96,10 @@ TEST(PullRef, Kinds) {
   EXPECT_EQ(repo.quant, "q8_0");
   EXPECT_EQ(repo.default_name.str(), "hf.co/Org/Repo-GGUF:q8_0");
   EXPECT_EQ(parse_pull_ref("hf.co/Org/Repo").default_name.str(), "hf.co/Org/Repo:latest");
+  // The store name of that pull, pulled again, means the default quantization.
+  auto latest = parse_pull_ref("hf.co/Org/Repo:latest");
+  EXPECT_EQ(latest.quant, "");
+  EXPECT_EQ(latest.default_name.str(), "hf.co/Org/Repo:latest");
 
   auto file = parse_pull_ref("Org/Repo/sub/Model.Q4_K_M.gguf");
   EXPECT_EQ(file.kind, SourceKind::HuggingFaceFile);
@@ -107,7 +111,7 @@ TEST(PullRef, Kinds) {
   EXPECT_EQ(path.kind, SourceKind::LocalFile);
   EXPECT_EQ(path.default_name.str(), "tinystories-656k-q8_0:latest");
 
-  EXPECT_THROW(parse_pull_ref("tinystories"), m40::Error);
+  EXPECT_THROW(parse_pull_ref("a/b/c"), m40::Error);  // "tinystories" is an Ollama name: test_ollama.cpp
   EXPECT_THROW(parse_pull_ref("/no/such/file.gguf"), m40::Error);
   EXPECT_THROW(parse_pull_ref("hf.co/onlyorg"), m40::Error);
 }

@@ -1,16 +1,13 @@
 // `m40-llm pull`, `list` and `rm` as users run them, against a fake Hugging
 // Face server on 127.0.0.1: quantization choice, resume after a dropped
-// connection, checksums, the no-op re-pull, and one-line errors that leave
-// nothing behind.
+// connection, checksums, the no-op re-pull, one-line errors that leave
+// nothing behind, and `rm` of what an unfinished pull left. The Ollama
+// library's names are in test_ollama.cpp.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "background_pull.h"
 #include "binary_runner.h"
 #include "fake_hub.h"
 #include "store_test_home.h"
@@ -30,8 +28,11 @@
 namespace {
 
 namespace fs = std::filesystem;
+using m40::test::BackgroundPull;
 using m40::test::BinaryResult;
+using m40::test::interrupt_pull_at;
 using m40::test::run_binary;
+using m40::test::wait_for_size;
 
 const char* kQ8 = "TinyStories-656K-Q8_0.gguf";
 const char* kQ2 = "TinyStories-656K-Q2_K.gguf";
@@ -45,77 +46,6 @@ std::string last_line(const std::string& s) {
   const size_t end = s.empty() || s.back() != '\n' ? s.size() : s.size() - 1;
   const size_t start = s.rfind('\n', end == 0 ? 0 : end - 1);
   return s.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1));
-}
-
-// A pull running in the background, so that a test can interrupt it.
-class BackgroundPull {
- public:
-  // `as_user`: when >= 0, the child drops to this uid/gid before exec
-  // (a root test run checking what a user without write access sees).
-  explicit BackgroundPull(const std::vector<std::string>& args, int as_user = -1) {
-    const fs::path dir = ::testing::TempDir();
-    const std::string stem = "m40_pull_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++);
-    out_ = dir / (stem + ".out");
-    err_ = dir / (stem + ".err");
-    std::vector<std::string> storage{m40::test::binary_path()};
-    storage.insert(storage.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : storage) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int out_fd = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    const int err_fd = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out_fd, 1);
-      ::dup2(err_fd, 2);
-      const int null_fd = ::open("/dev/null", O_RDONLY);
-      ::dup2(null_fd, 0);
-      if (as_user >= 0 && (::setgroups(0, nullptr), ::setgid(as_user) != 0 || ::setuid(as_user) != 0)) ::_exit(125);
-      ::execv(argv[0], argv.data());
-      ::_exit(126);
-    }
-    ::close(out_fd);
-    ::close(err_fd);
-  }
-  ~BackgroundPull() {
-    if (pid_ > 0 && !waited_) {
-      ::kill(pid_, SIGKILL);
-      wait();
-    }
-    std::error_code ec;
-    fs::remove(out_, ec);
-    fs::remove(err_, ec);
-  }
-  BackgroundPull(const BackgroundPull&) = delete;
-  BackgroundPull& operator=(const BackgroundPull&) = delete;
-
-  void signal(int sig) const { ::kill(pid_, sig); }
-  BinaryResult wait() {
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    waited_ = true;
-    BinaryResult r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = m40::test::read_text_file(out_);
-    r.err = m40::test::read_text_file(err_);
-    return r;
-  }
-
- private:
-  static inline int counter_ = 0;
-  pid_t pid_ = -1;
-  bool waited_ = false;
-  fs::path out_, err_;
-};
-
-// Waits (bounded, not timed) until `path` holds `bytes` bytes.
-bool wait_for_size(const fs::path& path, uint64_t bytes) {
-  for (int i = 0; i < 6000; ++i) {
-    std::error_code ec;
-    if (fs::file_size(path, ec) == bytes && !ec) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
 }
 
 class Pull : public ::testing::Test {
@@ -269,15 +199,6 @@ TEST_F(Pull, APartialFileWithoutARecordIsStartedOver) {
   EXPECT_EQ(stored("tiny", "latest"), shared_bytes(kQ8));
 }
 
-// Stops a pull of `args` once `partial` holds `bytes` bytes (Ctrl-C).
-void interrupt_pull_at(const std::vector<std::string>& args, const fs::path& partial, uint64_t bytes) {
-  BackgroundPull pull(args);
-  ASSERT_TRUE(wait_for_size(partial, bytes)) << "the pull never got there";
-  pull.signal(SIGINT);
-  const BinaryResult r = pull.wait();
-  ASSERT_EQ(r.exit_code, 130) << r.err;
-}
-
 // A pull of URL A under a name, interrupted, then a pull of URL B under the
 // same name: B's bytes must not be appended to A's.
 TEST_F(Pull, AResumeAfterTheSourceUrlChangedStartsFromZero) {
@@ -428,6 +349,49 @@ TEST_F(Pull, RmRemovesAModelAndSaysWhenThereIsNone) {
   r = run_binary({"rm", "hf.co/test/tinystories:Q2_K"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "error: model 'hf.co/test/tinystories:Q2_K' not found\n");
+}
+
+// A pull that never finished leaves only its partial file and the record of
+// it, no manifest: `rm` removes those too (it used to say there was no such
+// model, and the bytes stayed until a pull of the same name).
+TEST_F(Pull, RmRemovesAnUnfinishedDownload) {
+  hub.add_file(std::string("test/tinystories/") + kQ8, m40::test::shared_model(kQ8)).stall_at_half = true;
+  const fs::path dir = model_dir("hf.co/test/tinystories", "Q8_0");
+  interrupt_pull_at({"pull", "hf.co/test/tinystories:Q8_0"}, dir / "model.gguf.partial", 374864);
+  ASSERT_TRUE(fs::exists(dir / "model.gguf.partial.json"));
+  ASSERT_FALSE(fs::exists(dir / "manifest.json"));
+
+  const BinaryResult r = run_binary({"rm", "hf.co/test/tinystories:Q8_0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "deleted 'hf.co/test/tinystories:Q8_0' (an unfinished download)\n");
+  expect_nothing_stored();
+  hub.release_stalls();
+}
+
+// While a pull of the name is writing, `rm` leaves its files alone and says
+// why; the pull then finishes with its own file.
+TEST_F(Pull, RmIsRefusedWhileAPullOfTheNameIsRunning) {
+  hub.add_file(std::string("test/tinystories/") + kQ8, m40::test::shared_model(kQ8)).stall_at_half = true;
+  const fs::path partial = model_dir("hf.co/test/tinystories", "Q8_0") / "model.gguf.partial";
+  BackgroundPull pull({"pull", "hf.co/test/tinystories:Q8_0"});
+  ASSERT_TRUE(wait_for_size(partial, 374864)) << "the pull never got halfway";
+
+  const BinaryResult rm = run_binary({"rm", "hf.co/test/tinystories:Q8_0"});
+  EXPECT_EQ(rm.exit_code, 1);
+  EXPECT_EQ(rm.err, "error: cannot remove 'hf.co/test/tinystories:Q8_0': a pull of it is running (it is writing " +
+                        partial.string() + "); wait for it to finish, or stop it, then remove it\n");
+  EXPECT_TRUE(fs::exists(partial.string() + ".json"));
+  std::error_code ec;
+  EXPECT_EQ(fs::file_size(partial, ec), 374864u) << ec.message();
+
+  hub.release_stalls();
+  const BinaryResult r = pull.wait();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(stored("hf.co/test/tinystories", "Q8_0"), shared_bytes(kQ8));
+  const BinaryResult again = run_binary({"rm", "hf.co/test/tinystories:Q8_0"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, "deleted 'hf.co/test/tinystories:Q8_0'\n");
+  expect_nothing_stored();
 }
 
 TEST_F(Pull, ADiskThatRefusesWritesLeavesNothingBehind) {
@@ -597,11 +561,12 @@ TEST_F(Pull, AStoreWithoutWritePermissionIsOneLine) {
 }
 
 TEST_F(Pull, ABadReferenceIsExplained) {
-  const BinaryResult r = run_binary({"pull", "tinystories"});
+  // Three parts that end in no .gguf: no file, repository or library name.
+  const BinaryResult r = run_binary({"pull", "a/b/c"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err,
-            "error: cannot tell where to pull 'tinystories' from: give a URL, hf.co/ORG/REPO[:QUANT], "
-            "ORG/REPO/FILE.gguf or a GGUF file\n");
+            "error: cannot tell where to pull 'a/b/c' from: give a URL, hf.co/ORG/REPO[:QUANT], "
+            "ORG/REPO/FILE.gguf, an Ollama library name (NAME[:TAG], NAMESPACE/NAME[:TAG]) or a GGUF file\n");
 }
 
 }  // namespace

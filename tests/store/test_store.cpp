@@ -99,6 +99,30 @@ TEST(Store, RemoveDeletesTheModelAndEmptyFolders) {
   }
 }
 
+// An Ollama library model's text layers are kept in its manifest and read
+// back as they were.
+TEST(Store, OllamaTextLayersRoundTripThroughTheManifest) {
+  m40::test::TempStoreHome home;
+  const Store store(home.path());
+  pull_local(store, "TinyStories-656K-Q8_0.gguf", "tiny");
+  auto manifest = *store.find({"tiny", "latest"});
+  m40::store::OllamaExtras extras;
+  extras.template_text = "{{ .Prompt }}";
+  extras.params = R"({"stop":["<|im_end|>"]})";
+  extras.system = "You are terse.";
+  extras.licenses = {"MIT", "Use policy"};
+  manifest.ollama = extras;
+  const fs::path copy = store.model_dir({"tiny", "q"}) / "copy.gguf";
+  fs::create_directories(copy.parent_path());
+  fs::copy_file(manifest.gguf_path, copy);
+  store.install({"tiny", "q"}, copy, manifest);
+  const auto found = store.find({"tiny", "q"});
+  ASSERT_TRUE(found.has_value());
+  ASSERT_TRUE(found->ollama.has_value());
+  EXPECT_EQ(*found->ollama, extras);
+  EXPECT_FALSE(store.find({"tiny", "latest"})->ollama.has_value());
+}
+
 TEST(Store, AnInvalidGgufNeverBecomesAModel) {
   m40::test::TempStoreHome home;
   const Store store(home.path());
