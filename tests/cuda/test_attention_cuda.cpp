@@ -1,7 +1,9 @@
 // The attention kernels against cpu::attention on the same FP16 cache bytes
 // (filled through cpu::KvCache::store and copied to the GPU). Every batch
 // runs through each kernel: the decode kernel with its automatic split, with
-// no split and with a forced odd split; the prefill kernel; and Auto.
+// no split and with a forced odd split; the prefill kernel; and Auto. Scores
+// are scaled by 1/sqrt(head_dim), optionally soft-capped and limited to a
+// sliding window, the same settings on both sides.
 //
 // Bound: |GPU - CPU| <= 1e-5 (+ 1e-5 relative). Both sides compute in FP32
 // from the same widened halves; they differ in the order of the sums (tree
@@ -46,6 +48,22 @@ struct Heads {
   int head_dim;
 };
 
+// How the scores are made: the queries' scale (a larger one peaks the
+// softmax), the soft-cap and the sliding window (0: off).
+struct Scores {
+  float q_scale = 1.0f;
+  float softcap = 0.0f;
+  int window = 0;
+};
+
+std::string describe(const Scores& s) {
+  std::string d;
+  if (s.q_scale != 1.0f) d += ", queries x " + std::to_string(s.q_scale);
+  if (s.softcap > 0.0f) d += ", soft-cap " + std::to_string(s.softcap);
+  if (s.window > 0) d += ", window " + std::to_string(s.window);
+  return d;
+}
+
 std::string describe(const Heads& h) {
   return std::to_string(h.n_head) + "/" + std::to_string(h.n_head_kv) + " heads of " + std::to_string(h.head_dim);
 }
@@ -73,8 +91,8 @@ class Attention : public ::testing::Test {
   // A cache of n_seq x n_ctx random K/V rows (stored through the CPU's
   // store), its bytes on the GPU, and a batch of random queries.
   struct Problem {
-    Problem(const Heads& h, int n_seq_, int n_ctx_, int n_tokens_)
-        : heads(h), n_seq(n_seq_), n_ctx(n_ctx_), n_tokens(n_tokens_), kv_dim(h.n_head_kv * h.head_dim),
+    Problem(const Heads& h, const Scores& s, int n_seq_, int n_ctx_, int n_tokens_)
+        : heads(h), scores(s), n_seq(n_seq_), n_ctx(n_ctx_), n_tokens(n_tokens_), kv_dim(h.n_head_kv * h.head_dim),
           q_dim(h.n_head * h.head_dim), cache(1, n_seq_, n_ctx_, kv_dim, backend::KvType::F16),
           d_k(static_cast<size_t>(n_seq_) * n_ctx_ * kv_dim), d_v(static_cast<size_t>(n_seq_) * n_ctx_ * kv_dim),
           d_q(static_cast<size_t>(n_tokens_) * q_dim), d_out(static_cast<size_t>(n_tokens_) * q_dim),
@@ -85,18 +103,20 @@ class Attention : public ::testing::Test {
       test::to_device(d_seq, seq_ids);
       test::to_device(d_pos, positions);
       std::vector<float> out(q.size());
-      cpu::attention(cache, 0, cpu::AttentionShape{heads.n_head, heads.n_head_kv, heads.head_dim}, q.data(),
-                     seq_ids.data(), positions.data(), n_tokens, out.data(), pool());
+      const AttentionShape s = shape();
+      cpu::attention(cache, 0, cpu::AttentionShape{s.n_head, s.n_head_kv, s.head_dim, s.scale, s.softcap, s.window},
+                     q.data(), seq_ids.data(), positions.data(), n_tokens, out.data(), pool());
       return out;
     }
 
     KvLayer layer() const { return KvLayer{d_k.get(), d_v.get(), n_ctx, kv_dim}; }
     AttentionShape shape() const {
       return AttentionShape{heads.n_head, heads.n_head_kv, heads.head_dim,
-                            1.0f / std::sqrt(static_cast<float>(heads.head_dim))};
+                            1.0f / std::sqrt(static_cast<float>(heads.head_dim)), scores.softcap, scores.window};
     }
 
     Heads heads;
+    Scores scores;
     int n_seq, n_ctx, n_tokens, kv_dim, q_dim;
     cpu::KvCache cache;
     std::vector<float> q;
@@ -105,8 +125,9 @@ class Attention : public ::testing::Test {
     DeviceBuffer<int32_t> d_seq, d_pos;
   };
 
-  static std::unique_ptr<Problem> prepare(const Heads& heads, int n_seq, int n_ctx, int n_tokens, float q_scale) {
-    auto p = std::make_unique<Problem>(heads, n_seq, n_ctx, n_tokens);
+  static std::unique_ptr<Problem> prepare(const Heads& heads, int n_seq, int n_ctx, int n_tokens,
+                                          const Scores& scores = {}) {
+    auto p = std::make_unique<Problem>(heads, scores, n_seq, n_ctx, n_tokens);
     std::mt19937 rng(static_cast<uint32_t>(n_ctx * 31 + p->kv_dim));
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
     std::vector<float> k(static_cast<size_t>(p->kv_dim)), v(static_cast<size_t>(p->kv_dim));
@@ -118,7 +139,7 @@ class Attention : public ::testing::Test {
       }
     }
     p->q.resize(static_cast<size_t>(n_tokens) * p->q_dim);
-    for (auto& x : p->q) x = q_scale * unit(rng);
+    for (auto& x : p->q) x = scores.q_scale * unit(rng);
     M40_CUDA_CHECK(cudaMemcpy(p->d_k.get(), p->cache.keys<uint16_t>(0, 0), p->d_k.bytes(), cudaMemcpyHostToDevice));
     M40_CUDA_CHECK(cudaMemcpy(p->d_v.get(), p->cache.values<uint16_t>(0, 0), p->d_v.bytes(), cudaMemcpyHostToDevice));
     test::to_device(p->d_q, p->q);
@@ -127,13 +148,13 @@ class Attention : public ::testing::Test {
 
   // Runs the batch on the CPU and through every kernel plan, and compares.
   void check(const Heads& heads, int n_seq, int n_ctx, const std::vector<int32_t>& seq_ids,
-             const std::vector<int32_t>& positions, float q_scale = 1.0f) {
+             const std::vector<int32_t>& positions, const Scores& scores = {}) {
     const int n_tokens = static_cast<int>(seq_ids.size());
     int max_positions = 1;
     for (const int32_t pos : positions) max_positions = std::max(max_positions, pos + 1);
-    SCOPED_TRACE(describe(heads) + ", " + std::to_string(n_tokens) + " tokens, max position " +
+    SCOPED_TRACE(describe(heads) + describe(scores) + ", " + std::to_string(n_tokens) + " tokens, max position " +
                  std::to_string(max_positions - 1) + " of " + std::to_string(n_ctx));
-    auto p = prepare(heads, n_seq, n_ctx, n_tokens, q_scale);
+    auto p = prepare(heads, n_seq, n_ctx, n_tokens, scores);
     const std::vector<float> cpu_out = p->reference(seq_ids, positions);
 
     const AttentionPlan plans[] = {
@@ -238,10 +259,47 @@ TEST_F(Attention, OddShapes) {
 
 // Large scores (a peaked softmax) over a long context.
 TEST_F(Attention, PeakedSoftmax) {
-  check({8, 2, 128}, 1, 2600, {0}, {2599}, 8.0f);
+  check({8, 2, 128}, 1, 2600, {0}, {2599}, Scores{8.0f});
   std::vector<int32_t> positions(64);
   std::iota(positions.begin(), positions.end(), 2000);
-  check({8, 2, 128}, 1, 2600, std::vector<int32_t>(64, 0), positions, 8.0f);
+  check({8, 2, 128}, 1, 2600, std::vector<int32_t>(64, 0), positions, Scores{8.0f});
+}
+
+// Soft-capped scores (gemma2): peaked queries so that the cap bends most
+// scores, decode and prefill, and a cap too large to matter.
+TEST_F(Attention, SoftCappedScores) {
+  std::vector<int32_t> positions(50);
+  std::iota(positions.begin(), positions.end(), 700);
+  for (const Scores scores : {Scores{8.0f, 2.0f}, Scores{8.0f, 5.0f}, Scores{1.0f, 50.0f}}) {
+    check({8, 2, 128}, 2, 1200, {1, 0}, {1199, 3}, scores);
+    check({4, 2, 64}, 1, 1200, std::vector<int32_t>(50, 0), positions, scores);
+  }
+}
+
+// Sliding windows (gemma): decode at positions before, at and past the
+// window (the parts split the window only; forced 7 parts included), and
+// prefill chunks that start before and after it, windows that are not a
+// multiple of the key tile.
+TEST_F(Attention, SlidingWindow) {
+  for (const int window : {1, 8, 37, 300}) {
+    const Scores scores{1.0f, 0.0f, window};
+    for (const int32_t pos : {0, window - 1, window, window + 1, 1000, 2999}) {
+      check({8, 2, 128}, 1, 3000, {0}, {pos}, scores);
+    }
+    check({8, 2, 64}, 4, 2048, {3, 0, 2, 1}, {5, 2047, 300, 40}, scores);
+    for (const int start : {0, 17, 1500}) {
+      std::vector<int32_t> prefill(100);
+      std::iota(prefill.begin(), prefill.end(), start);
+      check({8, 2, 64}, 1, 2048, std::vector<int32_t>(100, 0), prefill, scores);
+    }
+  }
+  // Gemma2's combination: a window and a soft-cap, a shuffled mixed batch.
+  std::vector<int32_t> seq_ids, positions;
+  for (int p = 0; p < 45; ++p) {
+    seq_ids.push_back(p % 3 == 0 ? 1 : 0);
+    positions.push_back(p % 3 == 0 ? 600 + p : 100 + p);
+  }
+  check({4, 2, 32}, 2, 700, seq_ids, positions, Scores{4.0f, 5.0f, 8});
 }
 
 // The CUDA backend replays decode steps from a graph captured once per batch
@@ -250,34 +308,39 @@ TEST_F(Attention, PeakedSoftmax) {
 // and each replay must follow the positions it finds.
 TEST_F(Attention, DecodeCapturedInAGraphFollowsThePositionsAtReplay) {
   const int n_ctx = 3000;
-  auto p = prepare(Heads{8, 2, 128}, 3, n_ctx, 3, 1.0f);
-  const std::vector<int32_t> seq_ids = {2, 0, 1};
-  cudaGraph_t graph = nullptr;
-  M40_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  try {
-    attention(p->layer(), p->shape(), p->d_q.get(), p->d_seq.get(), p->d_pos.get(), 3, n_ctx, p->d_out.get(),
-              stream_);
-  } catch (...) {
-    cudaStreamEndCapture(stream_, &graph);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    throw;
+  // A global layer, and a windowed one (its parts split the window only,
+  // whatever position each replay brings).
+  for (const Scores scores : {Scores{}, Scores{1.0f, 0.0f, 300}}) {
+    SCOPED_TRACE(describe(scores));
+    auto p = prepare(Heads{8, 2, 128}, 3, n_ctx, 3, scores);
+    const std::vector<int32_t> seq_ids = {2, 0, 1};
+    cudaGraph_t graph = nullptr;
+    M40_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      attention(p->layer(), p->shape(), p->d_q.get(), p->d_seq.get(), p->d_pos.get(), 3, n_ctx, p->d_out.get(),
+                stream_);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      throw;
+    }
+    M40_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    M40_CUDA_CHECK(status);
+    for (const std::vector<int32_t>& positions :
+         {std::vector<int32_t>{10, 2999, 500}, std::vector<int32_t>{11, 0, 2048}, std::vector<int32_t>{1700, 1, 63}}) {
+      SCOPED_TRACE("positions " + std::to_string(positions[0]) + ", " + std::to_string(positions[1]) + ", " +
+                   std::to_string(positions[2]));
+      const std::vector<float> cpu_out = p->reference(seq_ids, positions);
+      test::poison(p->d_out);
+      M40_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+      M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      test::expect_close(test::from_device(p->d_out), cpu_out, 1e-5, 1e-5, "attention");
+    }
+    M40_CUDA_CHECK(cudaGraphExecDestroy(exec));
   }
-  M40_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t status = cudaGraphInstantiateWithFlags(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  M40_CUDA_CHECK(status);
-  for (const std::vector<int32_t>& positions :
-       {std::vector<int32_t>{10, 2999, 500}, std::vector<int32_t>{11, 0, 2048}, std::vector<int32_t>{1700, 1, 63}}) {
-    SCOPED_TRACE("positions " + std::to_string(positions[0]) + ", " + std::to_string(positions[1]) + ", " +
-                 std::to_string(positions[2]));
-    const std::vector<float> cpu_out = p->reference(seq_ids, positions);
-    test::poison(p->d_out);
-    M40_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-    M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    test::expect_close(test::from_device(p->d_out), cpu_out, 1e-5, 1e-5, "attention");
-  }
-  M40_CUDA_CHECK(cudaGraphExecDestroy(exec));
 }
 
 TEST_F(Attention, PositionsOutsideTheContextGiveNaN) {
@@ -308,6 +371,11 @@ TEST_F(Attention, PositionsOutsideTheContextGiveNaN) {
   }
 }
 
+TEST(AttentionArguments, HeadDimsTheKernelsTake) {
+  for (const int head_dim : {4, 12, 32, 80, 128, 136, 192, 256}) EXPECT_TRUE(attention_head_dim_supported(head_dim));
+  for (const int head_dim : {0, 6, 130, 132, 260}) EXPECT_FALSE(attention_head_dim_supported(head_dim)) << head_dim;
+}
+
 // Shape errors are found before any CUDA call: these run without a GPU.
 TEST(AttentionArguments, ShapeErrorsNameTheProblem) {
   alignas(16) static float buffer[64];
@@ -322,6 +390,11 @@ TEST(AttentionArguments, ShapeErrorsNameTheProblem) {
                Error);  // kv_dim 16 is not 2 x 4
   EXPECT_THROW(attention(layer, AttentionShape{4, 4, 4, 0.5f}, buffer + 1, nullptr, nullptr, 1, 1, buffer, nullptr),
                Error);  // q not 16-byte aligned
+  EXPECT_THROW(attention(layer, AttentionShape{4, 4, 4, 0.5f, -1.0f}, buffer, nullptr, nullptr, 1, 1, buffer, nullptr),
+               Error);  // a negative soft-cap
+  EXPECT_THROW(attention(layer, AttentionShape{4, 4, 4, 0.5f, 0.0f, -8}, buffer, nullptr, nullptr, 1, 1, buffer,
+                         nullptr),
+               Error);  // a negative window
   EXPECT_NO_THROW(attention(layer, AttentionShape{4, 4, 4, 0.5f}, buffer, nullptr, nullptr, 0, 1, buffer, nullptr));
 }
 

@@ -5,8 +5,18 @@
 //     conversion code on both sides; an IEEE add rounds the same everywhere);
 //   rms_norm: 1e-6 relative (FP32 tree sum against the CPU's double sum);
 //   rope: equal angles (the same repeated product), sincosf against the
-//     host's sin/cos differ by a few ulp: 1e-6 of the inputs' scale;
-//   silu_mul: expf against the host's exp, a couple of ulp: 1e-6 relative.
+//     host's sin/cos differ by a few ulp: 1e-6 of the inputs' scale; with
+//     YaRN, whose mix of two angles the host compiler may fuse into an FMA,
+//     2 ulp of the angle more (position x 2^-22, times the magnitude);
+//   silu_mul: expf against the host's exp, a couple of ulp: 1e-6 relative;
+//   gelu_mul: tanhf against tanh; 1 + tanh cancels for very negative gates,
+//     where the outputs are small: 2e-6 relative + 1e-6;
+//   add_bias, scale_and_cap (cap 0): bit for bit; with a cap, tanhf: 1e-6
+//     relative;
+//   add_branch: the RMSNorm's FP32 sum against the CPU's double, on values
+//     added to the residual: 1e-6 relative + 1e-6;
+//   attention_temperature: the same double formula, rounded to float: one
+//     ulp of the factor (3e-7 relative).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -18,6 +28,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/kv_cache.h"
@@ -28,6 +39,7 @@
 #include "common/error.h"
 #include "device_buffer.h"
 #include "layer_test_util.h"
+#include "model/hparams.h"
 #include "quant/fp16.h"
 #include "quant/random_blocks.h"
 
@@ -173,6 +185,8 @@ TEST_F(LayerKernels, RmsNormMatchesTheCpu) {
   check_rms_norm(stream_, 4, 4096, false, 1);    // unaligned pointers: scalar path
   check_rms_norm(stream_, 7, 4096, true, 0);     // y == x
   check_rms_norm(stream_, 7, 100, true, 1);
+  check_rms_norm(stream_, 24 * 4, 32, true, 0);  // per-head Q norm: rows of head_dim, in place
+  check_rms_norm(stream_, 5 * 8, 128, true, 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -187,12 +201,18 @@ struct RopeCase {
   float freq_scale;
   int n_heads;
   int row_stride;
+  float ext_factor = 0.0f;  // YaRN
+  float corr_low = 0.0f;
+  float corr_high = 0.0f;
+  float magnitude = 1.0f;
 };
 
 void check_rope(cudaStream_t stream, const RopeCase& c) {
   SCOPED_TRACE("head_dim " + std::to_string(c.head_dim) + ", n_rot " + std::to_string(c.n_rot) +
                (c.neox ? ", neox" : ", normal") + (c.freq_factors ? ", freq factors" : "") + ", base " +
-               std::to_string(c.freq_base) + ", scale " + std::to_string(c.freq_scale));
+               std::to_string(c.freq_base) + ", scale " + std::to_string(c.freq_scale) + ", ext_factor " +
+               std::to_string(c.ext_factor) + " (" + std::to_string(c.corr_low) + ".." +
+               std::to_string(c.corr_high) + "), magnitude " + std::to_string(c.magnitude));
   // Positions: zero, small, large, the end of a 32k context, unsorted.
   const std::vector<int32_t> positions = {0, 1, 7, 4095, 31, 32767, 12345, 2, 100000, 511};
   const int n_tokens = static_cast<int>(positions.size());
@@ -204,6 +224,10 @@ void check_rope(cudaStream_t stream, const RopeCase& c) {
   p.n_rot = c.n_rot;
   p.freq_base = c.freq_base;
   p.freq_scale = c.freq_scale;
+  p.ext_factor = c.ext_factor;
+  p.corr_low = c.corr_low;
+  p.corr_high = c.corr_high;
+  p.magnitude = c.magnitude;
   p.style = c.neox ? model::RopeStyle::NeoX : model::RopeStyle::Normal;
   p.freq_factors = c.freq_factors ? factors.data() : nullptr;
   std::vector<float> cpu = x;
@@ -222,12 +246,24 @@ void check_rope(cudaStream_t stream, const RopeCase& c) {
   config.n_rot = c.n_rot;
   config.freq_base = c.freq_base;
   config.freq_scale = c.freq_scale;
+  config.ext_factor = c.ext_factor;
+  config.corr_low = c.corr_low;
+  config.corr_high = c.corr_high;
+  config.magnitude = c.magnitude;
   config.neox = c.neox;
   config.freq_factors = c.freq_factors ? d_factors.get() : nullptr;
   rope(d_x.get(), n_tokens, c.n_heads, c.row_stride, d_pos.get(), config, stream);
   // Inputs in [-1, 1]: a few ulp of 1 is ~3e-7. Values past the heads (a
-  // fused row's tail) and past n_rot must come back untouched.
-  expect_close(from_device(d_x), cpu, 1e-6, 1e-6, "rope");
+  // fused row's tail) and past n_rot must come back untouched. Checked per
+  // token: a YaRN angle may differ by an ulp (see the top of this file).
+  const auto gpu = from_device(d_x);
+  for (int t = 0; t < n_tokens; ++t) {
+    const double angle_ulps = c.ext_factor != 0.0f ? positions[static_cast<size_t>(t)] * std::ldexp(1.0, -22) : 0.0;
+    const auto first = static_cast<std::ptrdiff_t>(t) * c.row_stride;
+    expect_close(std::vector<float>(gpu.begin() + first, gpu.begin() + first + c.row_stride),
+                 std::vector<float>(cpu.begin() + first, cpu.begin() + first + c.row_stride), 1e-6,
+                 1e-6 + 2.0 * c.magnitude * angle_ulps, "rope at position " + std::to_string(positions[static_cast<size_t>(t)]));
+  }
 }
 
 TEST_F(LayerKernels, RopeMatchesTheCpu) {
@@ -240,6 +276,18 @@ TEST_F(LayerKernels, RopeMatchesTheCpu) {
   check_rope(stream_, {4, 4, false, false, 10000.0f, 1.0f, 2, 2 * 4});                  // the 2-head test model
   check_rope(stream_, {4, 4, true, false, 10000.0f, 1.0f, 2, 6 * 4});
   check_rope(stream_, {256, 256, true, false, 10000.0f, 1.0f, 2, 2 * 256});
+}
+
+// YaRN (mistral3: the ramp over pairs 2..9 of 16, freq_scale 1/16, an mscale
+// magnitude), LongRoPE (frequency factors and an attn_factor magnitude, phi3),
+// a partial mix (ext_factor 0.5) with NeoX pairs, frequency factors and
+// partial rotation.
+TEST_F(LayerKernels, RopeWithYarnAndMagnitudeMatchesTheCpu) {
+  check_rope(stream_, {32, 32, false, false, 1000000.0f, 1.0f / 16.0f, 4, 4 * 32, 1.0f, 2.3f, 9.4f, 1.1386f});
+  check_rope(stream_, {32, 32, true, false, 1000000.0f, 1.0f / 16.0f, 2, 4 * 32, 1.0f, 2.3f, 9.4f, 1.1386f});
+  check_rope(stream_, {32, 32, true, true, 10000.0f, 1.0f, 4, 4 * 32 + 2 * 2 * 32, 0.0f, 0.0f, 0.0f, 1.190238f});
+  check_rope(stream_, {128, 64, true, true, 500000.0f, 0.125f, 8, 8 * 128, 0.5f, 4.0f, 25.0f, 1.25f});
+  check_rope(stream_, {128, 128, false, false, 10000.0f, 0.25f, 8, 8 * 128, 1.0f, 20.0f, 20.0f, 1.0f});  // a step, no ramp
 }
 
 TEST(LayerKernelArguments, RopeRejectsAnOddOrOversizedRotation) {
@@ -308,8 +356,146 @@ TEST_F(LayerKernels, AddInPlaceIsExact) {
   check_add(stream_, 5, 0);
 }
 
+void check_gelu_mul(cudaStream_t stream, int64_t n, int misalign, bool in_place) {
+  SCOPED_TRACE(std::to_string(n) + " values" + (misalign != 0 ? ", unaligned" : "") + (in_place ? ", in place" : ""));
+  const auto gate = random_floats(static_cast<size_t>(n), -8.0f, 8.0f, 23);
+  const auto up = random_floats(static_cast<size_t>(n), -2.0f, 2.0f, 24);
+  std::vector<float> cpu(static_cast<size_t>(n));
+  cpu::gelu_mul(gate.data(), up.data(), cpu.data(), n);
+  DeviceBuffer<float> d_gate(gate.size() + 1);
+  DeviceBuffer<float> d_up(up.size() + 1);
+  DeviceBuffer<float> d_out(gate.size() + 1);
+  poison(d_out);
+  M40_CUDA_CHECK(cudaMemcpy(d_gate.get() + misalign, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice));
+  M40_CUDA_CHECK(cudaMemcpy(d_up.get() + misalign, up.data(), up.size() * 4, cudaMemcpyHostToDevice));
+  float* out = in_place ? d_gate.get() + misalign : d_out.get() + misalign;
+  gelu_mul(d_gate.get() + misalign, d_up.get() + misalign, out, n, stream);
+  M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> gpu(static_cast<size_t>(n));
+  M40_CUDA_CHECK(cudaMemcpy(gpu.data(), out, gpu.size() * 4, cudaMemcpyDeviceToHost));
+  expect_close(gpu, cpu, 2e-6, 1e-6, "gelu_mul");
+}
+
+TEST_F(LayerKernels, GeluMulMatchesTheCpu) {
+  check_gelu_mul(stream_, 14336 * 3, 0, false);
+  check_gelu_mul(stream_, 1000003, 0, false);  // more than one pass of the grid, scalar tail
+  check_gelu_mul(stream_, 14336, 1, false);
+  check_gelu_mul(stream_, 14336, 0, true);
+  check_gelu_mul(stream_, 7, 0, false);
+}
+
+TEST_F(LayerKernels, AddBiasMatchesTheCpuBitForBit) {
+  for (const auto& [n_rows, n_cols] : {std::pair{1, 4096}, std::pair{37, 1024}, std::pair{300, 128}, std::pair{3, 7}}) {
+    SCOPED_TRACE(std::to_string(n_rows) + " rows of " + std::to_string(n_cols));
+    const auto y = random_floats(static_cast<size_t>(n_rows) * n_cols, -5.0f, 5.0f, 51);
+    const auto bias = random_floats(static_cast<size_t>(n_cols), -1.0f, 1.0f, 52);
+    std::vector<float> cpu(y);
+    for (int r = 0; r < n_rows; ++r) cpu::add_in_place(cpu.data() + static_cast<int64_t>(r) * n_cols, bias.data(), n_cols);
+    DeviceBuffer<float> d_y(y.size()), d_bias(bias.size());
+    to_device(d_y, y);
+    to_device(d_bias, bias);
+    add_bias(d_y.get(), d_bias.get(), n_rows, n_cols, stream_);
+    const auto gpu = from_device(d_y);
+    EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), cpu.size() * 4), 0);
+  }
+}
+
+TEST_F(LayerKernels, ScaleAndCapMatchesTheCpu) {
+  struct Case {
+    float scale, cap;
+  };
+  // The embedding scale (no cap), granite's logit scale, gemma2's final
+  // soft-cap over logits past it, both at once.
+  for (const Case c : {Case{12.0f, 0.0f}, Case{0.125f, 0.0f}, Case{1.0f, 30.0f}, Case{0.5f, 5.0f}}) {
+    SCOPED_TRACE("scale " + std::to_string(c.scale) + ", cap " + std::to_string(c.cap));
+    const int64_t n = 32 * 1029 + 3;
+    const auto x = random_floats(static_cast<size_t>(n), -60.0f, 60.0f, 61);
+    std::vector<float> cpu(x);
+    cpu::scale(cpu.data(), n, c.scale);
+    if (c.cap > 0.0f) cpu::softcap(cpu.data(), n, c.cap);
+    DeviceBuffer<float> d_x(x.size());
+    to_device(d_x, x);
+    scale_and_cap(d_x.get(), n, c.scale, c.cap, stream_);
+    const auto gpu = from_device(d_x);
+    if (c.cap == 0.0f) {
+      EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), cpu.size() * 4), 0);
+    } else {
+      expect_close(gpu, cpu, 1e-6, 1e-30, "scale_and_cap");
+    }
+  }
+}
+
+void check_add_branch(cudaStream_t stream, int n_rows, int n, bool bias, bool norm, float residual_scale) {
+  SCOPED_TRACE(std::to_string(n_rows) + " rows of " + std::to_string(n) + (bias ? ", bias" : "") +
+               (norm ? ", post-norm" : "") + ", scale " + std::to_string(residual_scale));
+  const float eps = 1e-6f;
+  const size_t values = static_cast<size_t>(n_rows) * n;
+  const auto x = random_floats(values, -4.0f, 4.0f, static_cast<uint32_t>(n + 71));
+  const auto branch = random_floats(values, -3.0f, 3.0f, static_cast<uint32_t>(n + 72));
+  const auto b = random_floats(static_cast<size_t>(n), -1.0f, 1.0f, 73);
+  const auto w = random_floats(static_cast<size_t>(n), 0.5f, 1.5f, 74);
+  // The CPU's add_branch step: proj += bo, RMSNorm, scale, x += proj.
+  std::vector<float> cpu(x), proj(branch);
+  for (int r = 0; r < n_rows; ++r) {
+    float* pr = proj.data() + static_cast<int64_t>(r) * n;
+    if (bias) cpu::add_in_place(pr, b.data(), n);
+    if (norm) cpu::rms_norm(pr, w.data(), pr, n, eps);
+  }
+  if (residual_scale != 1.0f) cpu::scale(proj.data(), static_cast<int64_t>(values), residual_scale);
+  cpu::add_in_place(cpu.data(), proj.data(), static_cast<int64_t>(values));
+
+  DeviceBuffer<float> d_x(values), d_branch(values), d_b(b.size()), d_w(w.size());
+  to_device(d_x, x);
+  to_device(d_branch, branch);
+  to_device(d_b, b);
+  to_device(d_w, w);
+  const BranchJoin join{bias ? d_b.get() : nullptr, norm ? d_w.get() : nullptr, eps, residual_scale};
+  add_branch(d_x.get(), d_branch.get(), join, n_rows, n, stream);
+  expect_close(from_device(d_x), cpu, 1e-6, 1e-6, "add_branch");
+  EXPECT_EQ(from_device(d_branch), branch) << "the branch must be left as it is";
+}
+
+TEST_F(LayerKernels, AddBranchMatchesTheCpu) {
+  check_add_branch(stream_, 5, 4096, false, true, 1.0f);   // gemma: post-norm
+  check_add_branch(stream_, 3, 64, false, false, 0.22f);   // granite: residual scale
+  check_add_branch(stream_, 4, 3584, true, false, 1.0f);   // an attn_output bias
+  check_add_branch(stream_, 300, 128, true, true, 0.5f);   // all three, a prefill batch
+  check_add_branch(stream_, 2, 100, false, true, 0.22f);   // a row that is not a multiple of the block
+}
+
+TEST_F(LayerKernels, AttentionTemperatureMatchesTheCpu) {
+  // mistral3's tiny model (steps of 16 positions) and Ministral 3's (16384).
+  for (const uint32_t length : {16u, 16384u}) {
+    SCOPED_TRACE("step length " + std::to_string(length));
+    model::ModelHparams hp;
+    hp.attn_temperature_scale = 0.1f;
+    hp.attn_temperature_length = length;
+    const std::vector<int32_t> positions = {0, 1, 15, 16, 17, 31, 32, 47, 100, 4095, 16383, 16384, 100000};
+    const int n_tokens = static_cast<int>(positions.size());
+    const int row_len = 4 * 32;
+    const auto q = random_floats(static_cast<size_t>(n_tokens) * row_len, -3.0f, 3.0f, 81);
+    std::vector<float> cpu(q);
+    for (int t = 0; t < n_tokens; ++t) {
+      cpu::scale(cpu.data() + static_cast<int64_t>(t) * row_len, row_len,
+                 hp.attention_temperature(positions[static_cast<size_t>(t)]));
+    }
+    DeviceBuffer<float> d_q(q.size());
+    DeviceBuffer<int32_t> d_pos(positions.size());
+    to_device(d_q, q);
+    to_device(d_pos, positions);
+    attention_temperature(d_q.get(), n_tokens, row_len, d_pos.get(), hp.attn_temperature_scale, length, stream_);
+    expect_close(from_device(d_q), cpu, 3e-7, 1e-30, "attention_temperature");
+  }
+}
+
 TEST(LayerKernelArguments, NegativeCountsAreErrors) {
   EXPECT_THROW(silu_mul(nullptr, nullptr, nullptr, -1, nullptr), Error);
+  EXPECT_THROW(gelu_mul(nullptr, nullptr, nullptr, -1, nullptr), Error);
+  EXPECT_THROW(scale_and_cap(nullptr, -1, 1.0f, 0.0f, nullptr), Error);
+  EXPECT_THROW(scale_and_cap(nullptr, 4, 1.0f, -1.0f, nullptr), Error);  // a negative cap
+  EXPECT_THROW(add_bias(nullptr, nullptr, 1, 0, nullptr), Error);
+  EXPECT_THROW(add_branch(nullptr, nullptr, BranchJoin{}, -1, 8, nullptr), Error);
+  EXPECT_THROW(attention_temperature(nullptr, 1, 8, nullptr, 0.1f, 0, nullptr), Error);  // a step length of 0
   EXPECT_THROW(add_in_place(nullptr, nullptr, -1, nullptr), Error);
   EXPECT_THROW(rms_norm(nullptr, nullptr, nullptr, 1, 0, 1e-5f, nullptr), Error);
   EXPECT_NO_THROW(silu_mul(nullptr, nullptr, nullptr, 0, nullptr));  // nothing to launch

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
 
 #include "backends/cuda/memory_plan.h"
 #include "common/memory_size.h"
@@ -36,6 +37,32 @@ TEST(MemoryPlan, CountsWeightsKvCacheAndScratch) {
   EXPECT_EQ(plan.kv_cache, 2ull * 2 * 4 * 512 * 128 * 2);
   EXPECT_GT(plan.scratch, 64ull * 768 * 4);
   EXPECT_EQ(plan.total(), plan.weights + plan.kv_cache + plan.scratch + plan.reserve);
+}
+
+// Every tensor the forward pass reads is counted, the architectures' vectors
+// included (Q/K/V biases, per-head Q/K norms, post-norms), and of LongRoPE's
+// two factor sets the one the context selects.
+TEST(MemoryPlan, CountsTheArchitecturesVectors) {
+  for (const char* name : {"arch/tiny-qwen2-Q8_0.gguf", "arch/tiny-gemma3-Q8_0.gguf", "arch/tiny-phi3-Q8_0.gguf"}) {
+    SCOPED_TRACE(name);
+    auto path = test::shared_model(name);
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared models not found";
+    auto model = model::LoadedModel::open(path.string());
+    const auto& w = model->weights;
+    for (const int n_ctx : {512, 8192}) {
+      SCOPED_TRACE("n_ctx " + std::to_string(n_ctx));
+      const auto plan = cuda::plan_memory(model->hparams, w, cuda::PlanShape{n_ctx, 1, 64, 8});
+      uint64_t read = w.total_bytes();  // both LongRoPE sets: one stays on the host
+      if (w.rope_factors_long.present()) {
+        const model::WeightView* used = w.rope_factors(model->hparams, static_cast<uint32_t>(n_ctx));
+        const model::WeightView& unused = used == &w.rope_factors_long ? w.rope_factors_short : w.rope_factors_long;
+        read -= unused.row_bytes * unused.rows;
+      }
+      const uint64_t views = 17 * w.layers.size() + 4;  // each rounded up to the arena's 256 bytes
+      EXPECT_GE(plan.weights, read);
+      EXPECT_LE(plan.weights, read + 256 * views);
+    }
+  }
 }
 
 TEST(MemoryPlan, ARefusalSaysWhatIsNeededAndWhatIsThere) {

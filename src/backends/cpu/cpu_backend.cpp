@@ -15,10 +15,6 @@ std::vector<float> vector_of(const model::WeightView& w) {
   load_vector(w, v.data());
   return v;
 }
-
-void add_in_place(float* y, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
-}
 }  // namespace
 
 CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights,

@@ -105,6 +105,10 @@ void scale(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+void add_in_place(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
 void softmax(float* x, int64_t n) {
   float max = -INFINITY;
   for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);

@@ -52,6 +52,9 @@ void softcap(float* x, int64_t n, float cap);
 // x *= s over n values.
 void scale(float* x, int64_t n, float s);
 
+// y += x over n values (biases, residual adds).
+void add_in_place(float* y, const float* x, int64_t n);
+
 // In-place softmax over n values.
 void softmax(float* x, int64_t n);
 

@@ -1,4 +1,6 @@
-// Causal attention over the FP16 KV cache, all math in FP32. CPU twin:
+// Causal attention over the FP16 KV cache, all math in FP32, with the scores
+// scaled, optionally soft-capped (cap * tanh(s / cap)), and optionally limited
+// to a sliding window of the last `window` positions. CPU twin:
 // cpu::attention. Two kernels:
 //
 // Decode (few tokens, any layout): one block of 4 warps per (token, KV head,
@@ -11,7 +13,8 @@
 // the exponentials, and the running max/sum of an online softmax rescales the
 // per-lane V accumulators. A long context is split into parts (flash-decoding):
 // each part writes its unnormalized output and its (max, sum) to scratch, and
-// a combine kernel merges them, so one sequence still fills the GPU.
+// a combine kernel merges them, so one sequence still fills the GPU. A
+// windowed layer's parts split the window only, starting at its first key.
 //
 // Prefill (many tokens): one block per (tile of 32 query tokens, query head).
 // Q, then K, then V tiles of 32 positions sit in shared memory as FP32 rows
@@ -20,7 +23,14 @@
 // and the softmax is online over the key tiles. Tokens of one tile that
 // belong to different sequences (a mixed batch) are handled one sequence at a
 // time ("segments"); each token is masked to its own positions, so any
-// positions layout is correct.
+// positions layout is correct. With a window, a segment starts at the key
+// tile of its earliest visible key.
+//
+// The soft-cap is applied where the scores become softmax statistics (one
+// tanhf per visible score, outside the unrolled dot products), in kernels of
+// their own (template parameter kCap): tanhf's temporaries beside the live
+// accumulators cost 11 to 16 registers, which would cut the uncapped decode
+// kernel from 4 to 3 blocks per M40 multiprocessor.
 //
 // Positions outside 0..n_ctx-1 (and negative sequence ids) give NaN outputs
 // rather than out-of-bounds reads; the engine never sends them.
@@ -119,13 +129,16 @@ struct DecodeArgs {
   int n_splits;
   int positions_per_split;
   float scale;
+  float softcap;  // 0: off
+  int window;     // 0: none
 };
 
-// C: halves per lane load (8 or 4); HB: query heads per block (1, 2 or 4).
-// Grid: x = split + n_splits * (head group), y = token. (The "2 blocks per
-// multiprocessor" bound changes nothing but CUDA 11.8's ptxas heuristics,
-// which otherwise spill a few bytes of the HB = 2 variant at 80 registers.)
-template <int C, int HB>
+// C: halves per lane load (8 or 4); HB: query heads per block (1, 2 or 4);
+// kCap: soft-capped scores. Grid: x = split + n_splits * (head group), y =
+// token. (The "2 blocks per multiprocessor" bound changes nothing but CUDA
+// 11.8's ptxas heuristics, which otherwise spill a few bytes of the HB = 2
+// variant at 80 registers.)
+template <int C, int HB, bool kCap>
 __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(DecodeArgs a) {
   static_assert(HB <= kDecodeWarps, "one warp per head for the softmax statistics");
   // Scores [HB][kSubChunk] during the loop, then per-warp partial outputs
@@ -154,7 +167,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
     return;
   }
   const int n_pos = pos + 1;
-  const int begin = split * a.positions_per_split;
+  const int first = a.window > 0 ? max(0, n_pos - a.window) : 0;  // the first visible key
+  const int begin = first + split * a.positions_per_split;
   if (begin >= n_pos) return;  // this token's context is shorter; the combine skips the part
   const int end = split == a.n_splits - 1 ? n_pos : min(begin + a.positions_per_split, n_pos);
 
@@ -239,7 +253,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
     if (warp < nh) {
       float* s = buf + warp * kSubChunk;
       float mx = -INFINITY;
-      for (int j = lane; j < len; j += kWarpSize) mx = fmaxf(mx, s[j]);
+      for (int j = lane; j < len; j += kWarpSize) {
+        float v = s[j];
+        if constexpr (kCap) {
+          v = a.softcap * tanhf(v / a.softcap);
+          s[j] = v;
+        }
+        mx = fmaxf(mx, v);
+      }
       mx = warp_max(mx);
       const float m_old = s_m[warp];
       const float m_new = fmaxf(m_old, mx);
@@ -354,7 +375,9 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Deco
     for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kCombineThreads) out[d] = quiet_nan();
     return;
   }
-  const int n_valid = min(a.n_splits, (pos + a.positions_per_split) / a.positions_per_split);
+  const int n_pos = pos + 1;
+  const int first = a.window > 0 ? max(0, n_pos - a.window) : 0;  // as the decode kernel
+  const int n_valid = min(a.n_splits, (n_pos - first + a.positions_per_split - 1) / a.positions_per_split);
   const float* ml = a.part_ml + item * a.n_splits * 2;
   if (threadIdx.x < kWarpSize) {
     const int lane = static_cast<int>(threadIdx.x);
@@ -399,6 +422,8 @@ struct PrefillArgs {
   int n_tokens;
   bool rows_of_8;  // head_dim % 8 == 0 and 16-byte aligned cache: 16-byte K/V loads
   float scale;
+  float softcap;  // 0: off
+  int window;     // 0: none
 };
 
 // Positions kv0..kv0+BK-1 of one KV head into `tile` as FP32 rows of D
@@ -446,10 +471,11 @@ __device__ __forceinline__ float component(const float4& v, int i) {
 }
 
 // D: head_dim rounded up (64, 128, 256); BQ query tokens by BK key positions
-// per tile. Grid: x = query tile (last tile first: it has the most keys),
-// y = query head. (Shared memory allows two blocks per multiprocessor on the
-// M40 anyway; saying so keeps CUDA 13's ptxas from spilling at sm_90.)
-template <int D, int BQ, int BK>
+// per tile; kCap: soft-capped scores. Grid: x = query tile (last tile first:
+// it has the most keys), y = query head. (Shared memory allows two blocks per
+// multiprocessor on the M40 anyway; saying so keeps CUDA 13's ptxas from
+// spilling at sm_90.)
+template <int D, int BQ, int BK, bool kCap>
 __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(PrefillArgs a) {
   constexpr int TQ = 8;   // thread rows
   constexpr int TK = 16;  // thread columns
@@ -469,7 +495,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
   __shared__ float row_m[BQ], row_l[BQ], row_corr[BQ];
   __shared__ int row_seq[BQ], row_pos[BQ], row_limit[BQ];
   __shared__ bool row_pending[BQ];
-  __shared__ int seg_seq, seg_kv_end;
+  __shared__ int seg_seq, seg_kv_begin, seg_kv_end;
   float* p_tile = reinterpret_cast<float*>(p_tile4);
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -519,18 +545,21 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
     __syncthreads();
     if (tid == 0) {
       int seq = -1;
+      int kv_begin = a.n_ctx;
       int kv_end = 0;
       for (int r = 0; r < BQ; ++r) {
         if (row_pending[r] && (seq < 0 || row_seq[r] == seq)) {
           seq = row_seq[r];
           row_pending[r] = false;
           row_limit[r] = row_pos[r];
+          kv_begin = min(kv_begin, a.window > 0 ? max(0, row_pos[r] + 1 - a.window) : 0);
           kv_end = max(kv_end, row_pos[r] + 1);
         } else {
           row_limit[r] = -1;
         }
       }
       seg_seq = seq;
+      seg_kv_begin = kv_begin;
       seg_kv_end = kv_end;
     }
     __syncthreads();
@@ -543,7 +572,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
     const uint16_t* k_rows = a.k + base;
     const uint16_t* v_rows = a.v + base;
 
-    for (int kv0 = 0; kv0 < kv_end; kv0 += BK) {
+    // Tiles wholly before every row's window are skipped; within the others
+    // each row sees keys limit - window < key <= limit.
+    for (int kv0 = seg_kv_begin / BK * BK; kv0 < kv_end; kv0 += BK) {
       load_kv_tile<D, BK, LD4>(kv_tile, k_rows, kv0, kv_end, a);
       __syncthreads();
 
@@ -577,7 +608,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
 #pragma unroll
         for (int j = 0; j < SK; ++j) {
           const int key = kv0 + tk + TK * j;
-          p_tile[(tq + TQ * i) * PLD + tk + TK * j] = key <= limit[i] ? s[i][j] * a.scale : -INFINITY;
+          const bool visible = key <= limit[i] && (a.window == 0 || key > limit[i] - a.window);
+          p_tile[(tq + TQ * i) * PLD + tk + TK * j] = visible ? s[i][j] * a.scale : -INFINITY;
         }
       }
       __syncthreads();
@@ -587,6 +619,12 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
       {
         const int r = tid / kRowThreads;
         float* pr = p_tile + r * PLD + (tid % kRowThreads) * kRowEntries;
+        if constexpr (kCap) {
+#pragma unroll
+          for (int e = 0; e < kRowEntries; ++e) {
+            if (pr[e] != -INFINITY) pr[e] = a.softcap * tanhf(pr[e] / a.softcap);
+          }
+        }
         float mx = -INFINITY;
 #pragma unroll
         for (int e = 0; e < kRowEntries; ++e) mx = fmaxf(mx, pr[e]);
@@ -687,7 +725,11 @@ template <int C, int HB>
 void launch_decode(const DecodeArgs& a, int n_tokens, cudaStream_t stream) {
   const int head_groups = (a.n_head / a.gqa) * a.groups_per_kv;  // KV heads x blocks per KV head
   const dim3 grid(static_cast<unsigned>(a.n_splits * head_groups), static_cast<unsigned>(n_tokens));
-  attention_decode_kernel<C, HB><<<grid, kDecodeThreads, 0, stream>>>(a);
+  if (a.softcap > 0.0f) {
+    attention_decode_kernel<C, HB, true><<<grid, kDecodeThreads, 0, stream>>>(a);
+  } else {
+    attention_decode_kernel<C, HB, false><<<grid, kDecodeThreads, 0, stream>>>(a);
+  }
   M40_CUDA_CHECK_LAUNCH();
 }
 
@@ -703,6 +745,8 @@ void launch_decode_for_heads(const DecodeArgs& a, int heads_per_block, int n_tok
 void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,
                 const int32_t* seq_ids, const int32_t* positions, int n_tokens, int max_positions, float* out,
                 cudaStream_t stream, int forced_splits) {
+  // The keys a token sees: its whole context, or at most the window.
+  const int span = shape.window > 0 ? std::min(max_positions, shape.window) : max_positions;
   if (n_tokens > 65535) {
     throw Error("attention: the decode kernel takes at most 65535 tokens, got " + std::to_string(n_tokens));
   }
@@ -731,6 +775,8 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   a.groups_per_kv = ceil_div(gqa, heads_per_block);
   a.lanes_per_key = lanes;
   a.scale = scale;
+  a.softcap = shape.softcap;
+  a.window = shape.window;
 
   // Parts: enough blocks to fill the GPU (about 8 per multiprocessor: a
   // block keeps only 8 KB of loads in flight, so a single sequence with few
@@ -738,20 +784,20 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   // positions, at most kMaxSplits parts.
   const int blocks_per_part = n_tokens * shape.n_head_kv * a.groups_per_kv;
   int splits = 1;
-  int per_split = max_positions;
+  int per_split = span;
   if (forced_splits > 0) {
-    splits = std::min({forced_splits, detail::kMaxSplits, max_positions});
-    per_split = ceil_div(max_positions, splits);
+    splits = std::min({forced_splits, detail::kMaxSplits, span});
+    per_split = ceil_div(span, splits);
   } else {
     const int wanted = ceil_div(int64_t{8} * current_multiprocessor_count(), blocks_per_part);
-    const int granules = ceil_div(max_positions, kSplitGranule);
+    const int granules = ceil_div(span, kSplitGranule);
     splits = std::max(1, std::min({wanted, granules, detail::kMaxSplits}));
-    per_split = ceil_div(ceil_div(max_positions, splits), kSplitGranule) * kSplitGranule;
+    per_split = ceil_div(ceil_div(span, splits), kSplitGranule) * kSplitGranule;
   }
-  splits = ceil_div(max_positions, per_split);
+  splits = ceil_div(span, per_split);
   if (!scratch_pool_ready(stream)) {
     splits = 1;
-    per_split = max_positions;
+    per_split = span;
   }
   a.n_splits = splits;
   a.positions_per_split = per_split;
@@ -780,7 +826,11 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
 template <int D, int BQ, int BK>
 void launch_prefill(const PrefillArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(a.n_tokens, BQ)), static_cast<unsigned>(a.n_head));
-  attention_prefill_kernel<D, BQ, BK><<<grid, kPrefillThreads, 0, stream>>>(a);
+  if (a.softcap > 0.0f) {
+    attention_prefill_kernel<D, BQ, BK, true><<<grid, kPrefillThreads, 0, stream>>>(a);
+  } else {
+    attention_prefill_kernel<D, BQ, BK, false><<<grid, kPrefillThreads, 0, stream>>>(a);
+  }
   M40_CUDA_CHECK_LAUNCH();
 }
 
@@ -801,6 +851,8 @@ void run_prefill(const KvLayer& cache, const AttentionShape& shape, float scale,
   a.n_tokens = n_tokens;
   a.rows_of_8 = shape.head_dim % 8 == 0 && aligned(cache.k, 16) && aligned(cache.v, 16);
   a.scale = scale;
+  a.softcap = shape.softcap;
+  a.window = shape.window;
   if (shape.head_dim <= 64) {
     launch_prefill<64, 32, 32>(a, stream);
   } else if (shape.head_dim <= 128) {
@@ -821,9 +873,13 @@ void attention_with_plan(const KvLayer& cache, const AttentionShape& shape, cons
     throw Error("attention: " + std::to_string(shape.n_head) + " query heads do not divide into " +
                 std::to_string(shape.n_head_kv) + " KV heads");
   }
-  if (shape.head_dim <= 0 || shape.head_dim % 4 != 0 || shape.head_dim > kMaxHeadDim) {
-    throw Error("attention: head_dim must be a multiple of 4 up to " + std::to_string(kMaxHeadDim) + ", got " +
-                std::to_string(shape.head_dim));
+  if (!attention_head_dim_supported(shape.head_dim)) {
+    throw Error("attention: head_dim must be a multiple of 4 up to 128, or of 8 up to " +
+                std::to_string(kMaxHeadDim) + ", got " + std::to_string(shape.head_dim));
+  }
+  if (!(shape.softcap >= 0.0f) || shape.window < 0) {
+    throw Error("attention: the soft-cap and the window must not be negative (got " + std::to_string(shape.softcap) +
+                " and " + std::to_string(shape.window) + ")");
   }
   if (cache.kv_dim != shape.n_head_kv * shape.head_dim || cache.n_ctx <= 0) {
     throw Error("attention: the cache's kv_dim " + std::to_string(cache.kv_dim) + " is not " +
@@ -850,6 +906,10 @@ void attention_with_plan(const KvLayer& cache, const AttentionShape& shape, cons
 }
 
 }  // namespace detail
+
+bool attention_head_dim_supported(int head_dim) {
+  return head_dim > 0 && head_dim <= kMaxHeadDim && head_dim % (head_dim > 128 ? 8 : 4) == 0;
+}
 
 void attention(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
                const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream) {

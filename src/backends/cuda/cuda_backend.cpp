@@ -1,7 +1,6 @@
 #include "backends/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <utility>
@@ -28,20 +27,9 @@ CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelW
     throw Error("the context size, sequence count and batch size must be positive");
   }
   filled_.assign(static_cast<size_t>(options.n_seq), 0);
-  {
-    // Features of the architecture layer the CUDA forward pass does not apply yet.
-    bool plain = hparams.embedding_scale == 1.0f && hparams.attn_softcap == 0.0f && hparams.residual_scale == 1.0f &&
-                 hparams.logit_scale == 1.0f && hparams.final_softcap == 0.0f &&
-                 hparams.attn_temperature_scale == 0.0f && hparams.sliding_window == 0 &&
-                 hparams.desc->activation == model::FfnActivation::Silu &&
-                 hparams.attention_scale == 1.0f / std::sqrt(static_cast<float>(hparams.head_dim())) &&
-                 hparams.rope_global.ext_factor == 0.0f && hparams.rope_global.magnitude == 1.0f &&
-                 !weights.rope_factors_long.present();
-    for (uint32_t l = 0; l < hparams.n_layer; ++l) plain = plain && hparams.rope_layers[l] != 0;
-    for (const auto& l : weights.layers) {
-      plain = plain && !l.bq.present() && !l.q_norm.present() && !l.bo.present() && !l.post_attn_norm.present();
-    }
-    if (!plain) throw Error("the CUDA backend does not run " + hparams.architecture + " yet: use --cpu");
+  if (!attention_head_dim_supported(static_cast<int>(hparams.head_dim()))) {
+    throw Error("the CUDA attention takes heads of a multiple of 4 values up to 128, or of 8 up to 256; " +
+                hparams.architecture + " has " + std::to_string(hparams.head_dim()) + ": use --cpu");
   }
   const int count = device_count();
   if (count == 0) throw Error("no CUDA GPU is available: use --cpu");
@@ -195,7 +183,9 @@ void CudaBackend::upload_weights(const model::ModelWeights& weights) {
   token_embd_ = upload_matrix(weights.token_embd, up);
   output_ = weights.tied_output ? token_embd_ : upload_matrix(weights.output, up);
   output_norm_ = upload_vector(weights.output_norm);
-  rope_freqs_ = upload_vector(weights.rope_freqs);
+  if (const model::WeightView* factors = weights.rope_factors(hparams_, static_cast<uint32_t>(options_.n_ctx))) {
+    rope_factors_ = upload_vector(*factors);
+  }
   for (const auto& l : weights.layers) {
     LayerOnDevice d{};
     d.attn_norm = upload_vector(l.attn_norm);
@@ -207,6 +197,15 @@ void CudaBackend::upload_weights(const model::ModelWeights& weights) {
     d.w_gate = upload_matrix(l.w_gate, up);
     d.w_up = upload_matrix(l.w_up, up);
     d.w_down = upload_matrix(l.w_down, up);
+    // The vectors after the matrices, which must stay back to back.
+    d.bq = upload_vector(l.bq);
+    d.bk = upload_vector(l.bk);
+    d.bv = upload_vector(l.bv);
+    d.bo = upload_vector(l.bo);
+    d.q_norm = upload_vector(l.q_norm);
+    d.k_norm = upload_vector(l.k_norm);
+    d.post_attn_norm = upload_vector(l.post_attn_norm);
+    d.post_ffn_norm = upload_vector(l.post_ffn_norm);
     d.wqkv = back_to_back({&d.wq, &d.wk, &d.wv});
     d.qkv_parts = 3;
     if (d.wqkv.rows == 0) {
@@ -223,22 +222,41 @@ void CudaBackend::upload_weights(const model::ModelWeights& weights) {
   M40_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+namespace {
+
+// One layer's RoPE as cpu::rope_params describes it, on the device.
+RopeConfig rope_config(const model::ModelHparams& hp, const model::RopeSettings& settings, const float* factors) {
+  RopeConfig c;
+  c.head_dim = static_cast<int>(hp.head_dim());
+  c.n_rot = static_cast<int>(hp.n_rot);
+  c.freq_base = settings.freq_base;
+  c.freq_scale = settings.freq_scale;
+  c.ext_factor = settings.ext_factor;
+  c.corr_low = settings.corr_low;
+  c.corr_high = settings.corr_high;
+  c.magnitude = settings.magnitude;
+  c.neox = hp.rope_style() == model::RopeStyle::NeoX;
+  c.freq_factors = factors;
+  return c;
+}
+
+}  // namespace
+
 void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max_single_positions) {
   const auto& hp = hparams_;
-  RopeConfig rope_config;
-  rope_config.head_dim = static_cast<int>(hp.head_dim());
-  rope_config.n_rot = static_cast<int>(hp.n_rot);
-  rope_config.freq_base = hp.rope_global.freq_base;
-  rope_config.freq_scale = hp.rope_global.freq_scale;
-  rope_config.neox = hp.rope_style() == model::RopeStyle::NeoX;
-  rope_config.freq_factors = rope_freqs_;
-  const AttentionShape shape{static_cast<int>(hp.n_head), static_cast<int>(hp.n_head_kv),
-                             static_cast<int>(hp.head_dim()), 1.0f / std::sqrt(static_cast<float>(hp.head_dim()))};
   const int n_embd = static_cast<int>(hp.n_embd);
+  const int n_head = static_cast<int>(hp.n_head);
+  const int n_head_kv = static_cast<int>(hp.n_head_kv);
+  const int head_dim = static_cast<int>(hp.head_dim());
+  const int q_dim = static_cast<int>(hp.q_dim());
+  const int kv_dim = static_cast<int>(hp.kv_dim());
+  const bool gelu = hp.desc->activation == model::FfnActivation::GeluTanh;
 
   embed_tokens(token_embd_, tokens_, n, x_, stream_);
+  if (hp.embedding_scale != 1.0f) scale_and_cap(x_, int64_t{n} * n_embd, hp.embedding_scale, 0.0f, stream_);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOnDevice& w = layers_[l];
+    const auto layer = static_cast<uint32_t>(l);
     rms_norm(x_, w.attn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
     // Decode steps read x once for Q, K (and V) in one launch when the
     // matrices allow it (matvec_parts), else one product each.
@@ -249,37 +267,73 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
       matmul(w.wk, xn_, n, k_, nullptr, stream_);
     }
     if (!fused_qkv || w.qkv_parts == 2) matmul(w.wv, xn_, n, v_, nullptr, stream_);
-    rope(q_, n, static_cast<int>(hp.n_head), static_cast<int>(hp.q_dim()), positions_, rope_config, stream_);
-    rope(k_, n, static_cast<int>(hp.n_head_kv), static_cast<int>(hp.kv_dim()), positions_, rope_config, stream_);
+    if (w.bq != nullptr) add_bias(q_, w.bq, n, q_dim, stream_);
+    if (w.bk != nullptr) add_bias(k_, w.bk, n, kv_dim, stream_);
+    if (w.bv != nullptr) add_bias(v_, w.bv, n, kv_dim, stream_);
+    // Per-head norms: rows of head_dim, in place.
+    if (w.q_norm != nullptr) rms_norm(q_, w.q_norm, q_, n * n_head, head_dim, hp.rms_eps, stream_);
+    if (w.k_norm != nullptr) rms_norm(k_, w.k_norm, k_, n * n_head_kv, head_dim, hp.rms_eps, stream_);
+    const model::RopeSettings rope_settings = hp.rope_for_layer(layer);
+    if (rope_settings.enabled) {  // NoPE layers (smollm3) apply none
+      const RopeConfig rope_cfg = rope_config(hp, rope_settings, rope_factors_);
+      rope(q_, n, n_head, q_dim, positions_, rope_cfg, stream_);
+      rope(k_, n, n_head_kv, kv_dim, positions_, rope_cfg, stream_);
+    }
+    if (hp.attn_temperature_scale != 0.0f) {
+      attention_temperature(q_, n, q_dim, positions_, hp.attn_temperature_scale, hp.attn_temperature_length, stream_);
+    }
     kv_append(kv_layers_[l], k_, v_, seq_ids_, positions_, n, stream_);
+    const AttentionShape shape{n_head, n_head_kv, head_dim, hp.attention_scale, hp.attn_softcap,
+                               static_cast<int>(hp.window_of_layer(layer))};
     // The leading tokens that are each their sequence's only one go through
     // the decode kernel, however many: the prefill kernel would take each
     // as a segment of its own (7 of them beside a 64-token chunk: 2x the
     // attention time on an H200, bench_cuda_attention; a decode step of 64
     // sequences: N x). The rest (prompt chunks) take the usual choice.
-    const int64_t q_dim = hp.q_dim();
     if (n_single > 0) {
       attention_decode(kv_layers_[l], shape, q_, seq_ids_, positions_, n_single, max_single_positions, attn_, stream_);
     }
     if (n_single < n) {
-      attention(kv_layers_[l], shape, q_ + n_single * q_dim, seq_ids_ + n_single, positions_ + n_single, n - n_single,
-                max_positions, attn_ + n_single * q_dim, stream_);
+      const int64_t skip = int64_t{n_single} * q_dim;
+      attention(kv_layers_[l], shape, q_ + skip, seq_ids_ + n_single, positions_ + n_single, n - n_single,
+                max_positions, attn_ + skip, stream_);
     }
-    matmul(w.wo, attn_, n, x_, x_, stream_);  // residual add fused: x += Wo attn
+    enqueue_branch_output(w.wo, attn_, w.bo, w.post_attn_norm, n);
+
     rms_norm(x_, w.ffn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
     const OutputPart gate_up[2] = {{gate_, w.w_gate.rows}, {up_, w.w_up.rows}};
     if (w.w_gate_up.rows == 0 || !matvec_parts(w.w_gate_up, xn_, n, gate_up, 2, stream_)) {
       matmul(w.w_gate, xn_, n, gate_, nullptr, stream_);
       matmul(w.w_up, xn_, n, up_, nullptr, stream_);
     }
-    silu_mul(gate_, up_, gate_, static_cast<int64_t>(n) * hp.n_ff, stream_);
-    matmul(w.w_down, gate_, n, x_, x_, stream_);  // x += Wdown h
+    const int64_t ff_values = int64_t{n} * hp.n_ff;
+    if (gelu) {
+      gelu_mul(gate_, up_, gate_, ff_values, stream_);
+    } else {
+      silu_mul(gate_, up_, gate_, ff_values, stream_);
+    }
+    enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n);
   }
 }
 
+void CudaBackend::enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias,
+                                        const float* post_norm, int n) {
+  const BranchJoin join{bias, post_norm, hparams_.rms_eps, hparams_.residual_scale};
+  if (join.plain()) {
+    matmul(w, h, n, x_, x_, stream_);  // residual add fused: x += W h
+    return;
+  }
+  matmul(w, h, n, xn_, nullptr, stream_);
+  add_branch(x_, xn_, join, n, static_cast<int>(hparams_.n_embd), stream_);
+}
+
 void CudaBackend::enqueue_output(const float* rows, int n_out) {
-  rms_norm(rows, output_norm_, xn_, n_out, static_cast<int>(hparams_.n_embd), hparams_.rms_eps, stream_);
+  const auto& hp = hparams_;
+  rms_norm(rows, output_norm_, xn_, n_out, static_cast<int>(hp.n_embd), hp.rms_eps, stream_);
   matmul(output_, xn_, n_out, logits_, nullptr, stream_);
+  if (hp.logit_scale != 1.0f || hp.final_softcap > 0.0f) {
+    scale_and_cap(logits_, int64_t{n_out} * hp.n_vocab, hp.logit_scale, hp.final_softcap, stream_);
+  }
 }
 
 void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* logits_out,

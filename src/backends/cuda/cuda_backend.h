@@ -1,7 +1,9 @@
-// The CUDA backend: weights uploaded once in their GGUF types, the llama
-// forward pass as a sequence of our own kernels on one stream, the KV cache
-// in FP16 on the device, and each decode step replayed from a CUDA graph
-// captured per batch size (launch overhead matters at ~1 ms per token).
+// The CUDA backend: weights uploaded once in their GGUF types, the forward
+// pass as a sequence of our own kernels on one stream, following the
+// architecture's features per layer as cpu::CpuBackend::forward does (the
+// reference), the KV cache in FP16 on the device, and each decode step
+// replayed from a CUDA graph captured per batch size (launch overhead matters
+// at ~1 ms per token; per-layer settings are constants of the graph).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -50,6 +52,11 @@ class CudaBackend : public backend::Backend {
     DeviceWeight wq, wk, wv, wo;
     const float* ffn_norm;
     DeviceWeight w_gate, w_up, w_down;
+    // Optional vectors (null where the layer has none): Q/K/V and output
+    // biases, per-head Q/K norms, post-norms of the two branches.
+    const float *bq, *bk, *bv, *bo;
+    const float *q_norm, *k_norm;
+    const float *post_attn_norm, *post_ffn_norm;
     // The same matrices read as one for fused decode products (rows 0 when
     // they are not back to back in one type): Q, K and V (qkv_parts = 3), or
     // Q and K (2) when V has another type; gate and up.
@@ -72,7 +79,12 @@ class CudaBackend : public backend::Backend {
   // step (decode tokens of a mixed batch): their attention runs as its own
   // decode-kernel call, sized by max_single_positions (0: no split).
   void enqueue_layers(int n, int max_positions, int n_single = 0, int max_single_positions = 0);
-  // Final norm and output head for n_out consecutive hidden-state rows.
+  // A branch's output product W h joining the residual stream x_: fused
+  // into the product's epilogue for plain layers, else through xn_ (free
+  // once the branch's input products have read it) and add_branch.
+  void enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias, const float* post_norm, int n);
+  // Final norm and output head (with the logits' scale and soft-cap) for
+  // n_out consecutive hidden-state rows.
   void enqueue_output(const float* rows, int n_out);
   void run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* logits_out, size_t& logits_written);
 
@@ -86,7 +98,7 @@ class CudaBackend : public backend::Backend {
   Arena weights_arena_;
   DeviceWeight token_embd_, output_;
   const float* output_norm_ = nullptr;
-  const float* rope_freqs_ = nullptr;
+  const float* rope_factors_ = nullptr;  // the set n_ctx selects (rope_freqs, LongRoPE short or long)
   std::vector<LayerOnDevice> layers_;
 
   DeviceAllocation kv_memory_;

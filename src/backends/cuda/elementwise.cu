@@ -1,10 +1,15 @@
-// Element-wise kernels: SwiGLU's silu(gate) * up and the residual add.
+// Element-wise kernels: the gated FFN activations (silu(gate) * up for
+// SwiGLU, gelu(gate) * up for GeGLU), the residual add, the broadcast bias
+// add, and scale-then-soft-cap (embedding scale, logits).
 // Bandwidth-bound: float4 loads and stores where the pointers allow it, a
 // grid-stride loop over a grid sized to fill the GPU. Each output element
 // depends only on the inputs at its index, so out may be gate or up, and no
 // pointer is declared __restrict__.
-// CPU twin of silu_mul: cpu::silu_mul (same formula and order of operations;
-// expf differs from the host's exp by at most a couple of ulp).
+// CPU twins: cpu::silu_mul, cpu::gelu_mul, cpu::add_in_place, cpu::scale and
+// cpu::softcap (same formulas and order of operations, products unfused as
+// the CPU's source reads them; expf and tanhf differ from the host's exp and
+// tanh by at most a couple of ulp, and a host compiler may fuse a product
+// into an add: last-bit differences).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -20,22 +25,40 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 2048;
 
-__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+struct Silu {
+  __device__ __forceinline__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
+};
 
+// 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) * up, in cpu::gelu_mul's
+// order, each step rounded (no fused multiply-adds).
+struct GeluTanh {
+  __device__ __forceinline__ float operator()(float x, float u) const {
+    constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+    constexpr float kCubic = 0.044715f;
+    const float inner = __fadd_rn(1.0f, __fmul_rn(kCubic * x, x));
+    const float t = tanhf(__fmul_rn(kSqrt2OverPi * x, inner));
+    return 0.5f * x * __fadd_rn(1.0f, t) * u;
+  }
+};
+
+template <class Act>
 __global__ void __launch_bounds__(kThreads)
-    silu_mul_vec4_kernel(const float4* gate, const float4* up, float4* out, int64_t n4) {
+    gated_vec4_kernel(const float4* gate, const float4* up, float4* out, int64_t n4) {
+  const Act act;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n4; i += stride) {
     const float4 g = gate[i];
     const float4 u = up[i];
-    out[i] = make_float4(silu_times(g.x, u.x), silu_times(g.y, u.y), silu_times(g.z, u.z), silu_times(g.w, u.w));
+    out[i] = make_float4(act(g.x, u.x), act(g.y, u.y), act(g.z, u.z), act(g.w, u.w));
   }
 }
 
-__global__ void __launch_bounds__(kThreads) silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
+template <class Act>
+__global__ void __launch_bounds__(kThreads) gated_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  const Act act;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
-    out[i] = silu_times(gate[i], up[i]);
+    out[i] = act(gate[i], up[i]);
   }
 }
 
@@ -57,6 +80,24 @@ __global__ void __launch_bounds__(kThreads) add_kernel(float* y, const float* x,
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) y[i] += x[i];
 }
 
+// y[i] += bias[i % n_cols] over n_rows * n_cols values.
+__global__ void __launch_bounds__(kThreads)
+    add_bias_kernel(float* y, const float* __restrict__ bias, int64_t n, int n_cols) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    y[i] += __ldg(bias + i % n_cols);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) scale_and_cap_kernel(float* x, int64_t n, float scale, float cap) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    float v = x[i] * scale;
+    if (cap > 0.0f) v = cap * tanhf(v / cap);
+    x[i] = v;
+  }
+}
+
 int blocks_for(int64_t items) { return static_cast<int>(std::min((items + kThreads - 1) / kThreads, kMaxBlocks)); }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -65,19 +106,28 @@ void check_count(const char* op, int64_t n) {
   if (n < 0) throw Error(std::string(op) + ": negative value count " + std::to_string(n));
 }
 
+template <class Act>
+void gated(const char* op, const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  check_count(op, n);
+  if (n == 0) return;
+  if (n % 4 == 0 && aligned16(gate) && aligned16(up) && aligned16(out)) {
+    gated_vec4_kernel<Act><<<blocks_for(n / 4), kThreads, 0, stream>>>(reinterpret_cast<const float4*>(gate),
+                                                                      reinterpret_cast<const float4*>(up),
+                                                                      reinterpret_cast<float4*>(out), n / 4);
+  } else {
+    gated_kernel<Act><<<blocks_for(n), kThreads, 0, stream>>>(gate, up, out, n);
+  }
+  M40_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
-  check_count("silu_mul", n);
-  if (n == 0) return;
-  if (n % 4 == 0 && aligned16(gate) && aligned16(up) && aligned16(out)) {
-    silu_mul_vec4_kernel<<<blocks_for(n / 4), kThreads, 0, stream>>>(reinterpret_cast<const float4*>(gate),
-                                                                    reinterpret_cast<const float4*>(up),
-                                                                    reinterpret_cast<float4*>(out), n / 4);
-  } else {
-    silu_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, out, n);
-  }
-  M40_CUDA_CHECK_LAUNCH();
+  gated<Silu>("silu_mul", gate, up, out, n, stream);
+}
+
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  gated<GeluTanh>("gelu_mul", gate, up, out, n, stream);
 }
 
 void add_in_place(float* y, const float* x, int64_t n, cudaStream_t stream) {
@@ -89,6 +139,24 @@ void add_in_place(float* y, const float* x, int64_t n, cudaStream_t stream) {
   } else {
     add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n);
   }
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+void add_bias(float* y, const float* bias, int n_rows, int n_cols, cudaStream_t stream) {
+  if (n_rows < 0 || n_cols <= 0) {
+    throw Error("add_bias: bad shape " + std::to_string(n_rows) + " rows of " + std::to_string(n_cols));
+  }
+  const int64_t n = static_cast<int64_t>(n_rows) * n_cols;
+  if (n == 0) return;
+  add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, bias, n, n_cols);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+void scale_and_cap(float* x, int64_t n, float scale, float cap, cudaStream_t stream) {
+  check_count("scale_and_cap", n);
+  if (cap < 0.0f) throw Error("scale_and_cap: negative soft-cap " + std::to_string(cap));
+  if (n == 0) return;
+  scale_and_cap_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, scale, cap);
   M40_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,8 @@
-// The non-matmul operations of the llama forward pass on the GPU. Each has a
-// CPU twin in src/backends/cpu/ops.h (named in its comment) and a test that
-// compares the two on random inputs.
+// The non-matmul operations of the forward pass on the GPU (the llama set and
+// the architecture features: biases, per-head Q/K norms, YaRN RoPE, soft-caps,
+// sliding windows, post-norms, GELU). Each has a CPU twin in
+// src/backends/cpu/ops.h (named in its comment) and a test that compares the
+// two on random inputs.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,14 +18,22 @@ namespace m40::cuda {
 void embed_tokens(const DeviceWeight& table, const int32_t* tokens, int n_tokens, float* out, cudaStream_t stream);
 
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for n_rows rows of n.
+// y may be x: the per-head Q/K norms run in place over rows = tokens x heads.
 // CPU twin: cpu::rms_norm.
 void rms_norm(const float* x, const float* weight, float* y, int n_rows, int n, float eps, cudaStream_t stream);
 
+// The fields of cpu::RopeParams (model::RopeSettings says what each means).
+// ext_factor 0 and magnitude 1 (plain and linearly scaled RoPE) compute the
+// angles exactly as before YaRN was added.
 struct RopeConfig {
   int head_dim = 0;
   int n_rot = 0;
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
+  float ext_factor = 0.0f;              // YaRN: 1 mixes extrapolated and interpolated angles
+  float corr_low = 0.0f;                // YaRN ramp bounds (rotary pair indices)
+  float corr_high = 0.0f;
+  float magnitude = 1.0f;               // cos and sin are multiplied by this
   bool neox = false;                    // false: adjacent pairs (llama); true: pairs n_rot/2 apart
   const float* freq_factors = nullptr;  // device, n_rot/2 divisors, or null
 };
@@ -34,8 +44,45 @@ struct RopeConfig {
 void rope(float* x, int n_tokens, int n_heads, int row_stride, const int32_t* positions, const RopeConfig& config,
           cudaStream_t stream);
 
+// Q x the attention temperature of its token's position (mistral3, Llama 4):
+// 1 + scale * ln(floor(positions[t] / length) + 1), in double as the host
+// computes it, for n_tokens rows of row_len values. CPU twin:
+// model::ModelHparams::attention_temperature and cpu::scale.
+void attention_temperature(float* q, int n_tokens, int row_len, const int32_t* positions, float scale,
+                           uint32_t length, cudaStream_t stream);
+
 // out = silu(gate) * up over n values. CPU twin: cpu::silu_mul.
 void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+// out = gelu(gate) * up over n values, GELU in its tanh form. CPU twin:
+// cpu::gelu_mul.
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+// y[r] += bias for n_rows rows of n_cols (the Q/K/V biases after their
+// products). CPU twin: cpu::add_in_place per row.
+void add_bias(float* y, const float* bias, int n_rows, int n_cols, cudaStream_t stream);
+
+// x = x * scale, then (cap > 0) x = cap * tanh(x / cap), over n values: the
+// embedding scale (cap 0) and the logits' scale and soft-cap. CPU twin:
+// cpu::scale then cpu::softcap.
+void scale_and_cap(float* x, int64_t n, float scale, float cap, cudaStream_t stream);
+
+// How a branch's output (attention or FFN) joins the residual stream when
+// the matmul epilogue's plain x += W h does not do: the branch plus `bias`,
+// RMSNorm'd with `post_norm` (gemma's post-norms), times `scale` (granite's
+// residual scale). Null pointers and a scale of 1 are off.
+struct BranchJoin {
+  const float* bias = nullptr;
+  const float* post_norm = nullptr;
+  float eps = 0.0f;
+  float scale = 1.0f;
+  bool plain() const { return bias == nullptr && post_norm == nullptr && scale == 1.0f; }
+};
+
+// x[r] += scale * norm(branch[r] + bias) for n_rows rows of n (branch is
+// left as it is). CPU twin: the add_branch step of cpu::CpuBackend::forward
+// (cpu::add_in_place, cpu::rms_norm, cpu::scale).
+void add_branch(float* x, const float* branch, const BranchJoin& join, int n_rows, int n, cudaStream_t stream);
 
 // The KV cache of one layer: for each sequence slot, n_ctx positions of
 // kv_dim halves (FP16 bits) for K and for V.
@@ -55,15 +102,22 @@ struct AttentionShape {
   int n_head = 0;
   int n_head_kv = 0;
   int head_dim = 0;
-  float scale = 0.0f;  // 1/sqrt(head_dim)
+  float scale = 0.0f;    // scores = Q·K × scale; 0: 1/sqrt(head_dim)
+  float softcap = 0.0f;  // > 0: scores = softcap · tanh(scores / softcap), after the scale
+  int window = 0;        // > 0: keys at p' with p - p' >= window are masked (sliding window)
 };
+
+// Whether the attention kernels take heads of this size: a multiple of 4 up
+// to 256, of 8 beyond 128 (the decode kernel's 16-byte row pieces).
+bool attention_head_dim_supported(int head_dim);
 
 // Causal attention for n_tokens query vectors q ([n_tokens][n_head*head_dim]),
 // token t of sequence seq_ids[t] attending to that sequence's cached
-// positions 0..positions[t]. out has q's layout. Works for decode (one token
-// per sequence) and prefill (many tokens of one sequence); GQA maps query
-// head h to KV head h / (n_head / n_head_kv). CPU twin: the attention of
-// cpu::CpuBackend (scores, softmax, weighted V, in FP32 from FP16 K/V).
+// positions 0..positions[t] (the last `window` of them when windowed). out
+// has q's layout. Works for decode (one token per sequence) and prefill (many
+// tokens of one sequence); GQA maps query head h to KV head h / (n_head /
+// n_head_kv). CPU twin: cpu::attention (scaled and optionally soft-capped
+// scores, softmax, weighted V, in FP32 from FP16 K/V).
 // `max_positions` bounds positions[t] + 1 over the batch (sizes scratch).
 void attention(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
                const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream);
@@ -75,7 +129,8 @@ void attention(const KvLayer& cache, const AttentionShape& shape, const float* q
 void attention_decode(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
                       const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream);
 
-// y += x over n values (residual adds not fused into a product).
+// y += x over n values (residual adds not fused into a product). CPU twin:
+// cpu::add_in_place.
 void add_in_place(float* y, const float* x, int64_t n, cudaStream_t stream);
 
 }  // namespace m40::cuda

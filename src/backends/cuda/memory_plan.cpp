@@ -1,5 +1,6 @@
 #include "backends/cuda/memory_plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -42,11 +43,15 @@ std::string MemoryPlan::describe() const {
 
 MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights& w, const PlanShape& shape) {
   MemoryPlan plan;
-  plan.weights = weight_bytes(w.token_embd) + weight_bytes(w.output_norm) + weight_bytes(w.rope_freqs) +
+  // The rope factors: only the set the context size selects goes up.
+  const model::WeightView* rope_factors = w.rope_factors(hp, static_cast<uint32_t>(std::max(shape.n_ctx, 0)));
+  plan.weights = weight_bytes(w.token_embd) + weight_bytes(w.output_norm) +
+                 (rope_factors != nullptr ? weight_bytes(*rope_factors) : 0) +
                  (w.tied_output ? 0 : weight_bytes(w.output));
   for (const auto& l : w.layers) {
-    for (const model::WeightView* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo, &l.ffn_norm,
-                                       &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const model::WeightView* v :
+         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo, &l.bo,
+          &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm}) {
       plan.weights += weight_bytes(*v);
     }
   }
