@@ -165,12 +165,16 @@ class Attention : public ::testing::Test {
         {AttentionKernel::Prefill, 0},
     };
     for (const AttentionPlan& plan : plans) {
-      SCOPED_TRACE(describe(plan));
-      test::poison(p->d_out);
-      detail::attention_with_plan(p->layer(), p->shape(), p->d_q.get(), p->d_seq.get(), p->d_pos.get(), n_tokens,
-                                  max_positions, p->d_out.get(), stream_, plan);
-      M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      test::expect_close(test::from_device(p->d_out), cpu_out, 1e-5, 1e-5, "attention");
+      // Sized for the batch, and for the whole context as a decode graph
+      // sizes it (each token's parts then follow its own position).
+      for (const int sized_for : {max_positions, n_ctx}) {
+        SCOPED_TRACE(describe(plan) + ", sized for " + std::to_string(sized_for) + " positions");
+        test::poison(p->d_out);
+        detail::attention_with_plan(p->layer(), p->shape(), p->d_q.get(), p->d_seq.get(), p->d_pos.get(), n_tokens,
+                                    sized_for, p->d_out.get(), stream_, plan);
+        M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        test::expect_close(test::from_device(p->d_out), cpu_out, 1e-5, 1e-5, "attention");
+      }
     }
   }
 

@@ -127,11 +127,22 @@ struct DecodeArgs {
   int groups_per_kv;    // blocks per KV head: ceil(gqa / HB)
   int lanes_per_key;    // power of two >= head_dim / C, at most 32
   int n_splits;
-  int positions_per_split;
+  int positions_per_split;  // the most a part covers (the launch's longest span, cut in n_splits)
+  int split_granule;        // parts are whole multiples of this many positions
   float scale;
   float softcap;  // 0: off
   int window;     // 0: none
 };
+
+// The positions one part covers for a token that sees `span` keys: the span
+// cut into the launch's parts, in whole granules. Sized per token (not from
+// the launch's longest span) so that a decode graph captured for the whole
+// context still spreads a short context over every part.
+__device__ __forceinline__ int part_length(int span, const DecodeArgs& a) {
+  int per = (span + a.n_splits - 1) / a.n_splits;
+  per = (per + a.split_granule - 1) / a.split_granule * a.split_granule;
+  return max(1, min(per, a.positions_per_split));
+}
 
 // C: halves per lane load (8 or 4); HB: query heads per block (1, 2 or 4);
 // kCap: soft-capped scores. Grid: x = split + n_splits * (head group), y =
@@ -168,9 +179,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
   }
   const int n_pos = pos + 1;
   const int first = a.window > 0 ? max(0, n_pos - a.window) : 0;  // the first visible key
-  const int begin = first + split * a.positions_per_split;
+  const int per_part = part_length(n_pos - first, a);
+  const int begin = first + split * per_part;
   if (begin >= n_pos) return;  // this token's context is shorter; the combine skips the part
-  const int end = split == a.n_splits - 1 ? n_pos : min(begin + a.positions_per_split, n_pos);
+  const int end = split == a.n_splits - 1 ? n_pos : min(begin + per_part, n_pos);
 
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -377,7 +389,8 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Deco
   }
   const int n_pos = pos + 1;
   const int first = a.window > 0 ? max(0, n_pos - a.window) : 0;  // as the decode kernel
-  const int n_valid = min(a.n_splits, (n_pos - first + a.positions_per_split - 1) / a.positions_per_split);
+  const int per_part = part_length(n_pos - first, a);  // as the decode kernel
+  const int n_valid = min(a.n_splits, (n_pos - first + per_part - 1) / per_part);
   const float* ml = a.part_ml + item * a.n_splits * 2;
   if (threadIdx.x < kWarpSize) {
     const int lane = static_cast<int>(threadIdx.x);
@@ -801,6 +814,7 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   }
   a.n_splits = splits;
   a.positions_per_split = per_split;
+  a.split_granule = forced_splits > 0 ? 1 : kSplitGranule;
 
   const auto launch = [&] {
     if (rows_of_8) {
