@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of m40-llm from Debian's packages.
+# libboost-dev: Boost.Beast and Boost.Asio (header-only), the HTTP transport
+# of `serve` (docs/server.md); zlib1g-dev: the server tests' gzip probe.
 # Idempotent and non-interactive: packages already present are skipped, and
 # `apt-get update` runs at most once (only when something is missing).
 set -euo pipefail
@@ -8,6 +10,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ccache
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libboost-dev zlib1g-dev
   libcurl4-openssl-dev libpcre2-dev libedit-dev libssl-dev
   clang libclang-rt-dev
 )

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/memory_size.h"
+#include "server/origin_policy.h"
 #include "server/server.h"
 
 namespace m40::cli {
@@ -23,6 +24,7 @@ struct ServeOptions {
   std::string model;
   std::string keep_alive;
   std::string vram;
+  std::string origins;
   server::ServerOptions server;
   bool host_given = false;
   bool port_given = false;
@@ -44,6 +46,12 @@ int run_serve(ServeOptions o) {
     if (const char* env = std::getenv("M40_LLM_KEEP_ALIVE"); env != nullptr) o.keep_alive = env;
   }
   if (!o.keep_alive.empty()) so.keep_alive = server::parse_keep_alive(o.keep_alive);
+  // --origins, else $M40_LLM_ORIGINS (Ollama's OLLAMA_ORIGINS): web pages
+  // allowed besides local ones.
+  if (o.origins.empty()) {
+    if (const char* env = std::getenv("M40_LLM_ORIGINS"); env != nullptr) o.origins = env;
+  }
+  so.origins = server::OriginPolicy::parse_list(o.origins);
   // SIGINT / SIGTERM go to one waiting thread that stops the server cleanly;
   // a client that vanishes mid-write must not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
@@ -66,6 +74,15 @@ int run_serve(ServeOptions o) {
     int sig = 0;
     sigwait(&signals, &sig);
     std::fprintf(stderr, "m40-llm: stopping\n");
+    // Stopping ends the answers in progress within about two seconds, but
+    // a model load cannot be interrupted: a second signal, or 10 s, exits
+    // at once.
+    std::thread([signals] {
+      timespec wait{10, 0};
+      sigtimedwait(&signals, nullptr, &wait);
+      std::fprintf(stderr, "m40-llm: exiting without waiting\n");
+      std::_Exit(0);
+    }).detach();
     srv.stop();
   });
   try {
@@ -125,6 +142,9 @@ void register_serve_command(CLI::App& app) {
           ""));
   cmd->add_option("-t,--threads", so.threads, "CPU threads (default: every core)");
   cmd->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--origins", opts->origins,
+                  "Web pages (Origin) that may use the server from a browser besides local ones, comma-separated: "
+                  "https://app.example.com,https://*.example.com; * for any. $M40_LLM_ORIGINS also works");
   cmd->add_option("--keep-alive", opts->keep_alive,
                   "How long an idle model stays loaded: 5m, 1h, 30s, 0 (unload at once), -1 (forever); "
                   "$M40_LLM_KEEP_ALIVE also works; default 5m");

@@ -1,10 +1,12 @@
 #include "server/model_manager.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "common/error.h"
 #include "engine/backend_factory.h"
 #include "server/http_error.h"
+#include "server/prompt_tokens.h"
 #include "store/model_name.h"
 #include "store/model_ref.h"
 
@@ -126,20 +128,43 @@ std::shared_ptr<ModelLease> ModelManager::acquire(const std::string& ref, std::o
 
   loading_ = true;
   wanted_.reset();
-  auto old = take_resident();
+  // The resident model (idle: users_ is 0) stays until the new file has
+  // opened: a request naming a file that cannot be used changes nothing.
+  std::optional<ModelTarget> previous;
+  if (resident_) previous = ModelTarget{resident_->name, resident_->path, resident_->backend->n_ctx()};
   lock.unlock();
-  old.reset();  // stops its scheduler
   std::shared_ptr<ResidentModel> fresh;
   std::string failure;
+  bool unloaded = false;
   try {
-    fresh = load(target);
+    fresh = open_model(target);
+    lock.lock();
+    auto old = take_resident();
+    lock.unlock();
+    unloaded = old != nullptr;
+    old.reset();  // stops its scheduler and frees its memory for the new one
+    start_model(*fresh, target);
   } catch (const std::exception& e) {
     failure = e.what();
+    fresh.reset();
+  }
+  // The new model did not fit where the old one did (memory): the old one
+  // comes back, so a bad request costs a reload, not the server's model.
+  std::shared_ptr<ResidentModel> restored;
+  if (!fresh && unloaded && previous) {
+    try {
+      restored = open_model(*previous);
+      start_model(*restored, *previous);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "m40-llm: could not reload '%s' after a failed load: %s\n", previous->name.c_str(), e.what());
+      restored.reset();
+    }
   }
   lock.lock();
   loading_ = false;
   cv_.notify_all();
   if (!fresh) {
+    if (restored) resident_ = restored;
     throw HttpError{500, "cannot load model '" + target.name + "': " + failure, "server_error", "model_load_failed"};
   }
   resident_ = fresh;
@@ -148,7 +173,7 @@ std::shared_ptr<ModelLease> ModelManager::acquire(const std::string& ref, std::o
   return std::make_shared<ModelLease>(*this, fresh, ka, fresh->load_seconds);
 }
 
-std::shared_ptr<ResidentModel> ModelManager::load(const ModelTarget& target) const {
+std::shared_ptr<ResidentModel> ModelManager::open_model(const ModelTarget& target) const {
   const auto start = SteadyClock::now();
   auto m = std::make_shared<ResidentModel>();
   m->name = target.name;
@@ -156,6 +181,13 @@ std::shared_ptr<ResidentModel> ModelManager::load(const ModelTarget& target) con
   m->model = model::LoadedModel::open(target.path);
   m->vocab = std::make_unique<tokenizer::Vocab>(tokenizer::Vocab::from_metadata(m->model->file.metadata()));
   m->chat_template.emplace(chat::model_chat_template(m->model->file));
+  m->max_token_bytes = max_token_bytes(*m->vocab);
+  m->load_seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  return m;
+}
+
+void ModelManager::start_model(ResidentModel& m, const ModelTarget& target) const {
+  const auto start = SteadyClock::now();
   engine::BackendOptions bo;
   bo.n_ctx = target.n_ctx > 0 ? target.n_ctx : options_.n_ctx;
   bo.n_seq = options_.parallel;
@@ -163,18 +195,17 @@ std::shared_ptr<ResidentModel> ModelManager::load(const ModelTarget& target) con
   bo.force_cpu = options_.force_cpu;
   bo.gpu = options_.gpu;
   bo.vram_budget = options_.vram_budget;
-  m->backend = engine::make_backend(*m->model, bo);
-  if (options_.wrap_backend) m->backend = options_.wrap_backend(std::move(m->backend));
-  m->scheduler = std::make_unique<engine::Scheduler>(
-      *m->backend, *m->vocab,
+  m.backend = engine::make_backend(*m.model, bo);
+  if (options_.wrap_backend) m.backend = options_.wrap_backend(std::move(m.backend));
+  m.scheduler = std::make_unique<engine::Scheduler>(
+      *m.backend, *m.vocab,
       engine::SchedulerOptions{.max_queue = options_.max_queue,
                                .prefill_chunk = options_.prefill_chunk,
                                .prefill_slowdown = options_.prefill_slowdown});
   std::error_code ec;
-  m->size = fs::file_size(target.path, ec);
-  m->loaded_at = std::chrono::system_clock::now();
-  m->load_seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
-  return m;
+  m.size = fs::file_size(target.path, ec);
+  m.loaded_at = std::chrono::system_clock::now();
+  m.load_seconds += std::chrono::duration<double>(SteadyClock::now() - start).count();
 }
 
 std::shared_ptr<ResidentModel> ModelManager::take_resident() {

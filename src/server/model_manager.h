@@ -3,7 +3,9 @@
 // resident. One model is resident at a time. A request for another model
 // waits until the running requests of the resident one have finished (new
 // requests for the resident model wait too, so a switch is never starved),
-// then the old model is unloaded and the new one loaded. A request that asks
+// then the old model is unloaded and the new one loaded (its file is opened
+// and checked first: a file that cannot be used leaves the old model
+// resident, and a load that fails past that point reloads it). A request that asks
 // for a context size (Ollama's num_ctx) other than the resident model's is a
 // request for another model in this sense: the model is reloaded with that
 // context, as Ollama does. A model idle for its keep_alive is unloaded.
@@ -40,6 +42,7 @@ struct ResidentModel {
   uint64_t size = 0;
   std::chrono::system_clock::time_point loaded_at{};
   double load_seconds = 0;
+  size_t max_token_bytes = 0;  // prompt_tokens.h: the most text bytes one token stands for
   std::unique_ptr<model::LoadedModel> model;
   std::unique_ptr<tokenizer::Vocab> vocab;
   std::optional<chat::ModelChatTemplate> chat_template;
@@ -127,7 +130,11 @@ class ModelManager {
  private:
   friend class ModelLease;
   void release(const std::shared_ptr<ResidentModel>& model, KeepAlive keep_alive);
-  std::shared_ptr<ResidentModel> load(const ModelTarget& target) const;
+  // The file, its vocabulary and chat template, checked: what fails for a
+  // corrupt file, before anything is unloaded. Cheap (the file is mapped).
+  std::shared_ptr<ResidentModel> open_model(const ModelTarget& target) const;
+  // The backend and scheduler of an opened model: the memory.
+  void start_model(ResidentModel& m, const ModelTarget& target) const;
   // Takes the resident model out (caller holds the lock); it is destroyed
   // by the caller after unlocking, since stopping a scheduler joins a thread.
   std::shared_ptr<ResidentModel> take_resident();

@@ -119,7 +119,7 @@ json ollama_messages(const json& body) {
   return messages;
 }
 
-void handle_generation(Server::State& s, const httplib::Request& req, httplib::Response& res, bool chat) {
+void handle_generation(Server::State& s, const HttpRequest& req, HttpResponse& res, bool chat) {
   const auto received = Clock::now();
   const json body = parse_body(req);
   const std::string model_ref = model_field(body);
@@ -155,17 +155,18 @@ void handle_generation(Server::State& s, const httplib::Request& req, httplib::R
     send_json(res, j);
     return;
   }
+  const bool truncate = get_bool(body, "truncate").value_or(false);
   if (chat) {
-    params.prompt = chat_prompt(m, messages);
+    params.prompt = chat_prompt(m, messages, truncate);
   } else if (raw) {
-    params.prompt = raw_prompt(m, prompt);
+    params.prompt = raw_prompt(m, prompt, truncate);
   } else {
     json turns = json::array();
     if (system) turns.push_back({{"role", "system"}, {"content", *system}});
     turns.push_back({{"role", "user"}, {"content", prompt}});
-    params.prompt = chat_prompt(m, turns);
+    params.prompt = chat_prompt(m, turns, truncate);
   }
-  if (get_bool(body, "truncate").value_or(false)) truncate_prompt(m, params);
+  if (truncate) truncate_prompt(m, params);
 
   auto request = submit(m, std::move(params));
   const double load_seconds = lease->load_seconds();
@@ -240,23 +241,23 @@ json model_entry(const AvailableModel& m) {
 }  // namespace
 
 void register_ollama_routes(Server::State& s) {
-  auto& http = s.http;
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content("m40-llm is running", "text/plain"); });
-  http.Get("/api/version", route(s, ApiFlavor::Ollama, [](const httplib::Request&, httplib::Response& res) {
+  auto& http = s.router;
+  http.get("/", [](const HttpRequest&, HttpResponse& res) { res.set_content("m40-llm is running", "text/plain"); }, true);
+  http.get("/api/version", route(s, ApiFlavor::Ollama, [](const HttpRequest&, HttpResponse& res) {
              send_json(res, {{"version", M40_VERSION}});
-           }));
-  http.Post("/api/generate", route(s, ApiFlavor::Ollama, [&s](const httplib::Request& req, httplib::Response& res) {
+           }), true);
+  http.post("/api/generate", route(s, ApiFlavor::Ollama, [&s](const HttpRequest& req, HttpResponse& res) {
               handle_generation(s, req, res, false);
             }));
-  http.Post("/api/chat", route(s, ApiFlavor::Ollama, [&s](const httplib::Request& req, httplib::Response& res) {
+  http.post("/api/chat", route(s, ApiFlavor::Ollama, [&s](const HttpRequest& req, HttpResponse& res) {
               handle_generation(s, req, res, true);
             }));
-  http.Get("/api/tags", route(s, ApiFlavor::Ollama, [&s](const httplib::Request&, httplib::Response& res) {
+  http.get("/api/tags", route(s, ApiFlavor::Ollama, [&s](const HttpRequest&, HttpResponse& res) {
              json list = json::array();
              for (const auto& m : available_models(s.models)) list.push_back(model_entry(m));
              send_json(res, {{"models", list}});
            }));
-  http.Get("/api/ps", route(s, ApiFlavor::Ollama, [&s](const httplib::Request&, httplib::Response& res) {
+  http.get("/api/ps", route(s, ApiFlavor::Ollama, [&s](const HttpRequest&, HttpResponse& res) {
              json list = json::array();
              if (auto loaded = s.models.resident()) {
                const ResidentModel& m = *loaded->model;
@@ -289,13 +290,13 @@ void register_ollama_routes(Server::State& s) {
              }
              send_json(res, {{"models", list}});
            }));
-  http.Post("/api/show", route(s, ApiFlavor::Ollama, [&s](const httplib::Request& req, httplib::Response& res) {
+  http.post("/api/show", route(s, ApiFlavor::Ollama, [&s](const HttpRequest& req, HttpResponse& res) {
               const json body = parse_body(req);
-              auto name = get_string(body, "model");
-              if (!name) name = get_string(body, "name");
-              if (!name || name->empty()) throw HttpError{400, "'model' (the model's name) is required"};
+              std::string name = model_field(body);
+              if (name.empty()) name = model_field(body, "name");
+              if (name.empty()) throw HttpError{400, "'model' (the model's name) is required"};
               // The file's header, without loading the model.
-              const ModelTarget target = s.models.resolve(*name);
+              const ModelTarget target = s.models.resolve(name);
               const gguf::File file = gguf::File::open(target.path);
               const auto summary = model::summarize(file);
               json info = {{"general.architecture", summary.architecture},

@@ -123,11 +123,11 @@ json openai_messages(const json& body) {
   return messages;
 }
 
-std::vector<int32_t> completion_prompt(ResidentModel& m, const json& body) {
+std::vector<int32_t> completion_prompt(ResidentModel& m, const json& body, bool truncate) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) throw HttpError{400, "'prompt' is required"};
-  if (it->is_string()) return raw_prompt(m, it->get<std::string>());
-  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return raw_prompt(m, (*it)[0].get<std::string>());
+  if (it->is_string()) return raw_prompt(m, it->get_ref<const std::string&>(), truncate);
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return raw_prompt(m, (*it)[0].get_ref<const std::string&>(), truncate);
   if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& t) { return t.is_number_integer(); })) {
     std::vector<int32_t> tokens;
     const size_t n_vocab = m.vocab->size();
@@ -145,7 +145,7 @@ std::vector<int32_t> completion_prompt(ResidentModel& m, const json& body) {
   throw HttpError{400, "'prompt' must be a string, a list of one string, or a list of token ids"};
 }
 
-void handle_completion(Server::State& s, const httplib::Request& req, httplib::Response& res, bool chat) {
+void handle_completion(Server::State& s, const HttpRequest& req, HttpResponse& res, bool chat) {
   const json body = parse_body(req);
   const std::string model_ref = model_field(body);
   engine::RequestParams params = openai_params(body);
@@ -154,8 +154,9 @@ void handle_completion(Server::State& s, const httplib::Request& req, httplib::R
   const json messages = chat ? openai_messages(body) : json();
   auto lease = s.models.acquire(model_ref, std::nullopt);
   ResidentModel& m = lease->model();
-  params.prompt = chat ? chat_prompt(m, messages) : completion_prompt(m, body);
-  if (get_bool(body, "truncate").value_or(false)) truncate_prompt(m, params);
+  const bool truncate = get_bool(body, "truncate").value_or(false);
+  params.prompt = chat ? chat_prompt(m, messages, truncate) : completion_prompt(m, body, truncate);
+  if (truncate) truncate_prompt(m, params);
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_now();
   const std::string model = m.name;
@@ -212,8 +213,10 @@ void handle_completion(Server::State& s, const httplib::Request& req, httplib::R
     }
     return out + "data: [DONE]\n\n";
   };
+  // The stream's last event: the error, then [DONE] as after any stream.
   f.on_error = [](const std::string& message) {
-    return sse({{"error", {{"message", message}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
+    return sse({{"error", {{"message", message}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}}) +
+           "data: [DONE]\n\n";
   };
   stream_response(s, res, "text/event-stream", request, std::move(lease), std::move(f));
 }
@@ -221,20 +224,20 @@ void handle_completion(Server::State& s, const httplib::Request& req, httplib::R
 }  // namespace
 
 void register_openai_routes(Server::State& s) {
-  s.http.Post("/v1/completions", route(s, ApiFlavor::OpenAI, [&s](const httplib::Request& req, httplib::Response& res) {
+  s.router.post("/v1/completions", route(s, ApiFlavor::OpenAI, [&s](const HttpRequest& req, HttpResponse& res) {
                 handle_completion(s, req, res, false);
               }));
-  s.http.Post("/v1/chat/completions",
-              route(s, ApiFlavor::OpenAI, [&s](const httplib::Request& req, httplib::Response& res) {
+  s.router.post("/v1/chat/completions",
+              route(s, ApiFlavor::OpenAI, [&s](const HttpRequest& req, HttpResponse& res) {
                 handle_completion(s, req, res, true);
               }));
-  s.http.Get("/v1/models", route(s, ApiFlavor::OpenAI, [&s](const httplib::Request&, httplib::Response& res) {
+  s.router.get("/v1/models", route(s, ApiFlavor::OpenAI, [&s](const HttpRequest&, HttpResponse& res) {
                json data = json::array();
                for (const auto& entry : available_models(s.models)) data.push_back(openai_model(entry));
                send_json(res, {{"object", "list"}, {"data", data}});
              }));
-  s.http.Get(R"(/v1/models/(.+))", route(s, ApiFlavor::OpenAI, [&s](const httplib::Request& req, httplib::Response& res) {
-               const std::string id = req.matches[1];
+  s.router.get(R"(/v1/models/(.+))", route(s, ApiFlavor::OpenAI, [&s](const HttpRequest& req, HttpResponse& res) {
+               const std::string id = req.params.at(0);
                for (const auto& entry : available_models(s.models)) {
                  if (entry.name == id || entry.name == id + ":latest" || ollama_name(entry.name) == id) return send_json(res, openai_model(entry));
                }

@@ -27,16 +27,18 @@ HttpError pull_error(const std::exception& e) {
 }  // namespace
 
 void register_pull_route(Server::State& s) {
-  s.http.Post("/api/pull", route(s, ApiFlavor::Ollama, [](const httplib::Request& req, httplib::Response& res) {
+  s.router.post("/api/pull", route(s, ApiFlavor::Ollama, [&s](const HttpRequest& req, HttpResponse& res) {
     const json body = parse_body(req);
-    auto ref = get_string(body, "model");
-    if (!ref || ref->empty()) ref = get_string(body, "name");
-    if (!ref || ref->empty()) throw HttpError{400, "'model' (what to pull: a store name, URL or hf.co/ORG/REPO) is required"};
+    std::string ref = model_field(body);
+    if (ref.empty()) ref = model_field(body, "name");
+    if (ref.empty()) throw HttpError{400, "'model' (what to pull: a store name, URL or hf.co/ORG/REPO) is required"};
     const bool stream = get_bool(body, "stream").value_or(true);
     store::PullOptions options;
-    options.ref = *ref;
+    options.ref = ref;
+    // Stopping the server stops the pull (the partial file stays, resumable).
+    options.interrupted = [&s] { return s.stopping.load(); };
     try {
-      store::parse_pull_ref(*ref);  // a reference that names nothing is the client's mistake
+      store::parse_pull_ref(ref);  // a reference that names nothing is the client's mistake
     } catch (const Error& e) {
       throw HttpError{400, e.what()};
     }
@@ -45,22 +47,21 @@ void register_pull_route(Server::State& s) {
       try {
         store::pull_model(store::Store::from_environment(), options);
       } catch (const std::exception& e) {
+        if (s.stopping.load()) throw HttpError{503, "the server is shutting down", "server_error", "shutting_down"};
         throw pull_error(e);
       }
       send_json(res, {{"status", "success"}});
       return;
     }
-    // The pull runs inside the provider, on this handler's thread; status
+    // The pull runs inside the stream, on this handler's thread; status
     // lines go out as it reports progress (at most ~10 a second). A client
     // that leaves does not stop the pull: what was written is resumable.
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "application/x-ndjson", [options](size_t, httplib::DataSink& sink) mutable {
+    res.set_stream(
+        "application/x-ndjson", [options](ResponseWriter& out) mutable {
           bool client_gone = false;
           auto write = [&](const json& j) {
-            if (client_gone) return;
-            const std::string line = ndjson_line(j);
-            client_gone = !sink.write(line.data(), line.size());
+            if (!client_gone) client_gone = !out.write(ndjson_line(j));
           };
           write({{"status", "pulling manifest"}});
           const std::string label = "pulling " + options.ref;
@@ -83,8 +84,6 @@ void register_pull_route(Server::State& s) {
           } catch (const std::exception& e) {
             write({{"error", e.what()}});
           }
-          if (!client_gone) sink.done();
-          return !client_gone;
         });
   }));
 }

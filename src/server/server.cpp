@@ -13,14 +13,14 @@
 
 #include "common/error.h"
 #include "engine/backend_factory.h"
-#include "server/listen_backlog.h"
+#include "server/prompt_tokens.h"
 #include "server/server_state.h"
 
 namespace m40::server {
 
 // ---- request fields --------------------------------------------------------
 
-json parse_body(const httplib::Request& req) {
+json parse_body(const HttpRequest& req) {
   json body;
   try {
     body = json::parse(req.body);
@@ -112,8 +112,31 @@ void truncate_prompt(const ResidentModel& m, engine::RequestParams& params) {
   prompt = std::move(kept);
 }
 
+namespace {
+
+// Sampler values that would overflow a logit of any real model (the
+// sampler's own domain is wider: repeat_penalty 1e-40 is > 0, and turned a
+// logit into +inf mid-answer, a 500 for the client's mistake). Logits are
+// far below 1e6 in magnitude, so within these bounds every adjusted logit
+// stays finite.
+void check_sampling(const engine::SamplerParams& p) {
+  auto within = [](const char* name, double v, double lo, double hi) {
+    if (!(v >= lo && v <= hi)) {
+      throw HttpError{400, std::string("'") + name + "' must be between " + json(lo).dump() + " and " + json(hi).dump() +
+                               ", got " + json(v).dump()};
+    }
+  };
+  within("repeat_penalty", p.repeat_penalty, 1e-6, 1e6);
+  within("presence_penalty", p.presence_penalty, -1e6, 1e6);
+  within("frequency_penalty", p.frequency_penalty, -1e6, 1e6);
+  for (const auto& [token, bias] : p.logit_bias) within("logit_bias", bias, -100, 100);  // OpenAI's range
+}
+
+}  // namespace
+
 std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params) {
   using R = engine::RequestRejected::Reason;
+  check_sampling(params.sampler);
   try {
     return m.scheduler->submit(std::move(params));
   } catch (const engine::RequestRejected& e) {
@@ -126,9 +149,8 @@ std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestP
   }
 }
 
-Completion collect(Server::State& s, const httplib::Request& req, engine::RequestStream& stream) {
+Completion collect(Server::State& s, const HttpRequest& req, engine::RequestStream& stream) {
   Completion out;
-  ClientConnection client(req);
   auto next_check = Clock::now() + std::chrono::milliseconds(100);
   std::vector<engine::StreamEvent> events;
   for (;;) {
@@ -136,12 +158,12 @@ Completion collect(Server::State& s, const httplib::Request& req, engine::Reques
     const bool got = stream.wait(std::chrono::milliseconds(100), events);
     if (!got && s.stopping.load()) {
       stream.cancel();
-      throw HttpError{503, "the server is shutting down", "server_error"};
+      throw HttpError{503, "the server is shutting down", "server_error", "shutting_down"};
     }
     // Text may flow without pause, so the check goes by the clock.
     if (Clock::now() >= next_check) {
       next_check = Clock::now() + std::chrono::milliseconds(100);
-      if (client.closed()) {
+      if (req.client_gone()) {
         // Nobody will read the answer: free the slot now.
         stream.cancel();
         throw HttpError{499, "the client closed the connection", "invalid_request_error", "client_closed"};
@@ -154,65 +176,63 @@ Completion collect(Server::State& s, const httplib::Request& req, engine::Reques
           out.finish_reason = e.finish_reason;
           out.timings = e.timings;
           return out;
-        case engine::StreamEvent::Kind::Failed: throw HttpError{500, e.text, "server_error"};
+        case engine::StreamEvent::Kind::Failed:
+          // Stopping ends every request with a failure: not the engine's fault.
+          if (s.stopping.load()) throw HttpError{503, "the server is shutting down", "server_error", "shutting_down"};
+          throw HttpError{500, e.text, "server_error"};
       }
     }
   }
 }
 
-void stream_response(Server::State& s, httplib::Response& res, const char* content_type,
+void stream_response(Server::State& s, HttpResponse& res, const char* content_type,
                      std::shared_ptr<engine::RequestStream> stream, std::shared_ptr<ModelLease> lease,
                      StreamFormat format) {
-  auto started = std::make_shared<bool>(false);
-  Server::State* state = &s;
+  // Whatever ends the response (done, a failed write, a closed connection,
+  // a dropped stream), the request must not keep its slot, nor the model.
+  struct Release {
+    std::shared_ptr<engine::RequestStream> stream;
+    std::shared_ptr<ModelLease> lease;
+    ~Release() {
+      if (stream) stream->cancel();
+      if (lease) lease->release();
+    }
+  };
+  auto held = std::make_shared<Release>();
+  held->stream = std::move(stream);
+  held->lease = std::move(lease);
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      content_type,
-      [state, stream, format, started](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& text) {
-          if (text.empty()) return true;
-          if (sink.write(text.data(), text.size())) return true;
-          stream->cancel();  // the client went away
-          return false;
-        };
-        if (!*started) {
-          *started = true;
-          if (format.on_start && !write(format.on_start())) return false;
+  res.set_stream(content_type, [state = &s, held, format = std::move(format)](ResponseWriter& out) {
+    auto& request = *held->stream;
+    if (format.on_start && !out.write(format.on_start())) return;
+    std::vector<engine::StreamEvent> events;
+    for (;;) {
+      events.clear();
+      while (!request.wait(std::chrono::milliseconds(100), events)) {
+        if (state->stopping.load()) {
+          out.write(format.on_error("the server is shutting down"));
+          return;
         }
-        std::vector<engine::StreamEvent> events;
-        while (!stream->wait(std::chrono::milliseconds(100), events)) {
-          if (state->stopping.load() || !sink.is_writable()) {
-            stream->cancel();
-            return false;
-          }
+        if (out.client_gone()) return;
+      }
+      std::string text;
+      for (auto& e : events) {
+        switch (e.kind) {
+          case engine::StreamEvent::Kind::Text: text += format.on_text(e.text); break;
+          case engine::StreamEvent::Kind::Done:
+            out.write(text + format.on_end(e));
+            return;
+          case engine::StreamEvent::Kind::Failed:
+            out.write(text + format.on_error(state->stopping.load() ? "the server is shutting down" : e.text));
+            return;
         }
-        std::string out;
-        for (auto& e : events) {
-          switch (e.kind) {
-            case engine::StreamEvent::Kind::Text: out += format.on_text(e.text); break;
-            case engine::StreamEvent::Kind::Done:
-              out += format.on_end(e);
-              if (!write(out)) return false;
-              sink.done();
-              return true;
-            case engine::StreamEvent::Kind::Failed:
-              out += format.on_error(e.text);
-              if (!write(out)) return false;
-              sink.done();
-              return true;
-          }
-        }
-        return write(out);
-      },
-      // Whatever ended the response (done, a failed write, a closed
-      // connection), the request must not keep its slot, nor the model.
-      [stream, lease](bool) {
-        stream->cancel();
-        lease->release();
-      });
+      }
+      if (!out.write(text)) return;  // the client went away
+    }
+  });
 }
 
-std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages) {
+std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages, bool truncate) {
   auto options = m.chat_template->options();
   options.add_generation_prompt = true;
   std::string text;
@@ -222,21 +242,21 @@ std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages) {
     throw HttpError{400, std::string("the model's chat template could not render these messages: ") + e.what()};
   }
   // The rendered text carries BOS where the template wants it.
-  return m.vocab->encode(text, {.add_special = false, .parse_special = true});
+  return prompt_tokens(*m.vocab, m.max_token_bytes, m.scheduler->n_ctx(), text, false, truncate);
 }
 
-std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text) {
-  return m.vocab->encode(text, {.add_special = true, .parse_special = true});
+std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text, bool truncate) {
+  return prompt_tokens(*m.vocab, m.max_token_bytes, m.scheduler->n_ctx(), text, true, truncate);
 }
 
 // ---- answers -----------------------------------------------------------------
 
-void send_json(httplib::Response& res, const json& body, int status) {
+void send_json(HttpResponse& res, const json& body, int status) {
   res.status = status;
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
-void send_error(httplib::Response& res, ApiFlavor flavor, const HttpError& error) {
+void send_error(HttpResponse& res, ApiFlavor flavor, const HttpError& error) {
   if (flavor == ApiFlavor::OpenAI) {
     json code = error.code.empty() ? json(nullptr) : json(error.code);
     send_json(res, {{"error", {{"message", error.message}, {"type", error.type}, {"param", nullptr}, {"code", code}}}},
@@ -246,9 +266,10 @@ void send_error(httplib::Response& res, ApiFlavor flavor, const HttpError& error
   }
 }
 
-httplib::Server::Handler route(Server::State& s, ApiFlavor flavor,
-                               std::function<void(const httplib::Request&, httplib::Response&)> handler) {
-  return [&s, flavor, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+ApiFlavor flavor_of(const std::string& path) { return path.rfind("/v1/", 0) == 0 ? ApiFlavor::OpenAI : ApiFlavor::Ollama; }
+
+HttpRouter::Handler route(Server::State& s, ApiFlavor flavor, std::function<void(const HttpRequest&, HttpResponse&)> handler) {
+  return [&s, flavor, handler = std::move(handler)](const HttpRequest& req, HttpResponse& res) {
     s.http_requests.fetch_add(1);
     try {
       handler(req, res);
@@ -264,11 +285,10 @@ httplib::Server::Handler route(Server::State& s, ApiFlavor flavor,
   };
 }
 
-std::string model_field(const json& body) {
-  if (auto m = body.find("model"); m != body.end() && !m->is_null() && !m->is_string()) {
-    throw HttpError{400, "'model' must be a string"};
-  }
-  return get_string(body, "model").value_or("");
+std::string model_field(const json& body, const char* key) {
+  std::string name = get_string(body, key).value_or("");
+  if (name.find('\0') != std::string::npos) throw HttpError{400, std::string("'") + key + "' must not contain a NUL character"};
+  return name;
 }
 
 std::string random_id(const char* prefix) {
@@ -328,16 +348,18 @@ void parse_host_port(const std::string& text, std::string& host, int& port) {
 namespace {
 
 void register_ops_routes(Server::State& s) {
-  auto& http = s.http;
-  http.Get("/health", route(s, ApiFlavor::Ollama, [&s](const httplib::Request&, httplib::Response& res) {
+  auto& http = s.router;
+  // /health and /metrics answer at once, on the transport's I/O thread:
+  // however busy the handler threads are, a liveness probe gets its answer.
+  http.get("/health", route(s, ApiFlavor::Ollama, [&s](const HttpRequest&, HttpResponse& res) {
              if (s.models.loading()) {
                send_json(res, {{"status", "loading"}}, 503);
              } else {
                send_json(res, {{"status", "ok"}});
              }
-           }));
+           }), true);
 
-  http.Get("/metrics", route(s, ApiFlavor::Ollama, [&s](const httplib::Request&, httplib::Response& res) {
+  http.get("/metrics", route(s, ApiFlavor::Ollama, [&s](const HttpRequest&, HttpResponse& res) {
              const engine::SchedulerStats st = s.models.stats();
              std::ostringstream out;
              auto metric = [&](const char* name, const char* type, const char* help, auto value) {
@@ -379,9 +401,9 @@ void register_ops_routes(Server::State& s) {
              metric("m40_kv_cache_cells_used", "gauge", "KV cache positions the running requests hold.",
                     resident ? st.kv_cells_used : 0);
              res.set_content(out.str(), "text/plain; version=0.0.4");
-           }));
+           }), true);
 
-  http.Post("/tokenize", route(s, ApiFlavor::Ollama, [&s](const httplib::Request& req, httplib::Response& res) {
+  http.post("/tokenize", route(s, ApiFlavor::Ollama, [&s](const HttpRequest& req, HttpResponse& res) {
               const json body = parse_body(req);
               const auto content = get_string(body, "content");
               if (!content) throw HttpError{400, "'content' (the text to tokenize) is required"};
@@ -403,7 +425,7 @@ void register_ops_routes(Server::State& s) {
               send_json(res, {{"tokens", list}});
             }));
 
-  http.Post("/detokenize", route(s, ApiFlavor::Ollama, [&s](const httplib::Request& req, httplib::Response& res) {
+  http.post("/detokenize", route(s, ApiFlavor::Ollama, [&s](const HttpRequest& req, HttpResponse& res) {
               const json body = parse_body(req);
               const auto lease = s.models.acquire(model_field(body), std::nullopt);
               const auto& vocab = lease->model().vocab;
@@ -425,70 +447,120 @@ void register_ops_routes(Server::State& s) {
 
 }  // namespace
 
-// ---- Server ----------------------------------------------------------------
+// ---- what the transport serves ----------------------------------------------
 
 namespace {
+
+// The front door: the origin, Host and API key checks on each request's
+// header (before its body is read), then its route.
+class ServerService : public HttpService {
+ public:
+  explicit ServerService(Server::State& s) : s_(s), loopback_(is_loopback_address(s.options.host)) {}
+
+  std::optional<HttpResponse> screen(const HttpRequest& head) override {
+    if (s_.options.log_requests) std::fprintf(stderr, "%s %s\n", head.method.c_str(), head.path.c_str());
+    const ApiFlavor flavor = flavor_of(head.path);
+    // DNS rebinding: a page of evil.example whose name now resolves to
+    // 127.0.0.1 sends Host: evil.example.
+    if (loopback_ && !host_allowed(head.header("Host"), s_.options.host)) {
+      return refusal(head, flavor, {403, "the Host '" + head.header("Host").substr(0, 64) +
+                                             "' is not this server's: use localhost or 127.0.0.1"});
+    }
+    const std::string origin = head.header("Origin");
+    if (!origin.empty() && !s_.origins.allows(origin)) {
+      return refusal(head, flavor, {403, "the origin '" + origin.substr(0, 128) +
+                                             "' may not use this server: start it with --origins " + origin.substr(0, 128) +
+                                             " (or M40_LLM_ORIGINS) to allow it"});
+    }
+    if (head.method == "OPTIONS") {
+      if (!origin.empty()) return s_.origins.preflight(head);
+      HttpResponse res;
+      res.status = 204;
+      res.set_header("Allow", "GET, POST, HEAD, OPTIONS");
+      return res;
+    }
+    if (!authorized(head)) {
+      const bool none = head.header("Authorization").empty() && head.header("x-api-key").empty();
+      return refusal(head, flavor, {401, none ? "an API key is required: send 'Authorization: Bearer KEY'" : "the API key is not valid",
+                                    "invalid_request_error", "invalid_api_key"});
+    }
+    return std::nullopt;
+  }
+
+  bool answers_at_once(const HttpRequest& head) const override {
+    const auto* r = s_.router.find(head.method, head.path);
+    return r != nullptr && r->answers_at_once;
+  }
+
+  void handle(HttpRequest& req, HttpResponse& res) override {
+    const auto* r = s_.router.find(req.method, req.path, &req.params);
+    if (r == nullptr) {
+      send_error(res, flavor_of(req.path), {404, "no route for " + req.method + " " + req.path});
+    } else {
+      r->handler(req, res);
+    }
+    let_origin_read(req, res);
+  }
+
+  HttpResponse error_answer(const HttpRequest* head, const HttpError& error) override {
+    HttpResponse res;
+    send_error(res, head != nullptr ? flavor_of(head->path) : ApiFlavor::Ollama, error);
+    if (head != nullptr) let_origin_read(*head, res);
+    return res;
+  }
+
+ private:
+  bool authorized(const HttpRequest& head) const {
+    const std::string& key = s_.options.api_key;
+    if (key.empty() || head.path == "/health") return true;
+    if (head.header("x-api-key") == key) return true;
+    // The scheme is case-insensitive (RFC 9110): "bearer KEY" is fine.
+    const std::string auth = head.header("Authorization");
+    return auth.size() == 7 + key.size() && iequals(std::string_view(auth).substr(0, 7), "Bearer ") &&
+           std::string_view(auth).substr(7) == key;
+  }
+
+  HttpResponse refusal(const HttpRequest& head, ApiFlavor flavor, const HttpError& error) const {
+    HttpResponse res;
+    send_error(res, flavor, error);
+    if (error.status != 403) let_origin_read(head, res);
+    return res;
+  }
+
+  // An allowed page may read the answer (CORS).
+  void let_origin_read(const HttpRequest& req, HttpResponse& res) const {
+    const std::string origin = req.header("Origin");
+    if (!origin.empty() && s_.origins.allows(origin)) OriginPolicy::allow_reading(res, origin);
+  }
+
+  Server::State& s_;
+  bool loopback_;
+};
+
 ServerOptions checked(ServerOptions options) {
   if (options.parallel < 1) throw Error("--parallel must be at least 1");
   return options;
 }
+
 }  // namespace
+
+// ---- Server ----------------------------------------------------------------
 
 Server::Server(ServerOptions options) : state_(std::make_unique<State>(checked(std::move(options)))) {
   auto& s = *state_;
   const auto& o = s.options;
-  const int threads = o.http_threads > 0 ? o.http_threads : std::min(256, o.parallel + o.max_queue + 8);
-  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  s.http.set_payload_max_length(o.max_body_bytes);
-  // Each streamed token is a small write: without TCP_NODELAY, Nagle's
-  // algorithm holds it until the client's (delayed) ACK of the previous one.
-  s.http.set_tcp_nodelay(true);
-  s.http.set_read_timeout(std::chrono::seconds(30));
-  s.http.set_write_timeout(std::chrono::seconds(30));
-
-  s.http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    if (s.options.log_requests) std::fprintf(stderr, "%s %s\n", req.method.c_str(), req.path.c_str());
-    if (s.options.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    const std::string expected = "Bearer " + s.options.api_key;
-    if (auth == expected || req.get_header_value("x-api-key") == s.options.api_key) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    const bool openai = req.path.rfind("/v1/", 0) == 0;
-    send_error(res, openai ? ApiFlavor::OpenAI : ApiFlavor::Ollama,
-               {401, auth.empty() ? "an API key is required: send 'Authorization: Bearer KEY'" : "the API key is not valid",
-                "invalid_request_error", "invalid_api_key"});
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  s.http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    const bool openai = req.path.rfind("/v1/", 0) == 0;
-    std::string message;
-    switch (res.status) {
-      case 404: message = "no route for " + req.method + " " + req.path; break;
-      case 413: message = "the request body is too large"; break;
-      default: message = "the request could not be served (HTTP " + std::to_string(res.status) + ")"; break;
-    }
-    const int status = res.status;
-    send_error(res, openai ? ApiFlavor::OpenAI : ApiFlavor::Ollama, {status, message});
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  s.http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-    std::string message = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      message = e.what();
-    } catch (...) {
-    }
-    const bool openai = req.path.rfind("/v1/", 0) == 0;
-    send_error(res, openai ? ApiFlavor::OpenAI : ApiFlavor::Ollama, {500, message, "server_error"});
-  });
-
   register_ops_routes(s);
   register_openai_routes(s);
   register_ollama_routes(s);
   register_pull_route(s);
+  s.service = std::make_unique<ServerService>(s);
+  TransportOptions t;
+  t.limits = o.limits;
+  // Enough handler threads for every slot and queued request, plus a few
+  // for quick routes; slow clients never hold one (the transport reads
+  // whole requests before a handler runs).
+  t.workers = o.http_threads > 0 ? o.http_threads : std::min(256, o.parallel + o.max_queue + 8);
+  s.transport = std::make_unique<HttpTransport>(*s.service, t);
 }
 
 Server::~Server() { stop(); }
@@ -499,52 +571,32 @@ bool Server::ready() const { return !state_->models.loading(); }
 
 int Server::bind() {
   auto& s = *state_;
-  if (s.bound_port >= 0) return s.bound_port;
-  int port = -1;
-  if (s.options.port == 0) {
-    port = s.http.bind_to_any_port(s.options.host);
-  } else if (s.http.bind_to_port(s.options.host, s.options.port)) {
-    port = s.options.port;
-  }
-  if (port <= 0) {
-    throw Error("cannot listen on " + s.options.host + ":" + std::to_string(s.options.port) +
-                ": the address is in use or not valid here; pick another with --host/--port");
-  }
-  s.bound_port = port;
-  widen_listen_backlog(port);
-  return port;
+  if (s.bound_port < 0) s.bound_port = s.transport->bind(s.options.host, s.options.port);
+  return s.bound_port;
 }
 
 void Server::listen() {
-  auto& s = *state_;
   bind();
-  // in_listen before the stopping check, stop() sets them the other way
-  // round: one of the two always sees the other.
-  s.in_listen.store(true);
-  if (!s.stopping.load()) s.http.listen_after_bind();
-  s.in_listen.store(false);
+  state_->transport->run();
 }
 
 int Server::start() {
   const int port = bind();
   state_->listen_thread = std::thread([this] { listen(); });
-  // Bounded wait until the accept loop runs, so a client can connect at once.
-  for (int i = 0; i < 500 && !state_->http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   return port;
 }
 
 void Server::stop() {
   auto& s = *state_;
   s.stopping.store(true);
-  // httplib's stop() does nothing until the accept loop runs: repeat it
-  // (bounded) while a listen() is between its start and that loop.
-  s.http.stop();
-  for (int i = 0; i < 2000 && s.in_listen.load(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    s.http.stop();
-  }
-  if (s.listen_thread.joinable()) s.listen_thread.join();
+  s.transport->stop_accepting();
+  // Running requests end with an error event (streams) or 503; those
+  // waiting for a model or a slot are refused.
   s.models.stop();
+  // The answers in progress get a moment to write their last event; then
+  // every connection closes, slow clients included.
+  s.transport->stop(std::chrono::seconds(2));
+  if (s.listen_thread.joinable()) s.listen_thread.join();
 }
 
 int Server::port() const { return state_->bound_port; }

@@ -14,9 +14,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/backend.h"
 #include "server/keep_alive.h"
+#include "server/request_limits.h"
 
 namespace m40::server {
 
@@ -30,11 +32,14 @@ struct ServerOptions {
   int gpu = -1;              // GPU index; -1: $M40_LLM_DEVICE, else 0
   uint64_t vram_budget = 0;  // bytes of GPU memory a model may plan for; 0: the GPU's free memory
   std::string api_key;       // non-empty: every route but /health needs "Authorization: Bearer KEY"
+  // Web pages (Origin) allowed besides local ones (origin_policy.h):
+  // "https://app.example.com", "https://*.example.com", "*" for any.
+  std::vector<std::string> origins;
   int max_queue = 16;        // requests waiting for a slot; more get 503
   int prefill_chunk = 256;   // prompt tokens per engine step
   double prefill_slowdown = 2.0;  // engine::SchedulerOptions::prefill_slowdown; 0: pacing off
-  size_t max_body_bytes = 8u << 20;  // larger request bodies get 413
-  int http_threads = 0;      // 0: enough for every slot and queued request, plus a few
+  RequestLimits limits;      // sizes, deadlines and connection caps per client (request_limits.h)
+  int http_threads = 0;      // handler threads; 0: enough for every slot and queued request, plus a few
   bool log_requests = false; // one line per request on stderr
   KeepAlive keep_alive;      // how long an idle model stays loaded (a request's keep_alive overrides)
   // Wraps the backend load_model() builds (tests use it for a slow or gated

@@ -3,8 +3,6 @@
 // and error helpers. Not part of the library's interface.
 #pragma once
 
-#include <httplib.h>
-
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -24,9 +22,12 @@
 #include "chat/model_template.h"
 #include "engine/scheduler.h"
 #include "model/loaded_model.h"
-#include "server/client_connection.h"
 #include "server/http_error.h"
+#include "server/http_message.h"
+#include "server/http_router.h"
+#include "server/http_transport.h"
 #include "server/model_manager.h"
+#include "server/origin_policy.h"
 #include "server/server.h"
 #include "tokenizer/vocab.h"
 
@@ -39,12 +40,14 @@ using Clock = std::chrono::steady_clock;
 enum class ApiFlavor { OpenAI, Ollama };
 
 struct Server::State {
-  explicit State(ServerOptions o) : options(std::move(o)), models(options) {}
+  explicit State(ServerOptions o) : options(std::move(o)), origins(options.origins), models(options) {}
   ServerOptions options;
-  httplib::Server http;
+  HttpRouter router;
+  OriginPolicy origins;
   ModelManager models;
+  std::unique_ptr<HttpService> service;      // the policy and routes the transport serves (server.cpp)
+  std::unique_ptr<HttpTransport> transport;  // after the service and the models: stops first
   std::atomic<bool> stopping{false};
-  std::atomic<bool> in_listen{false};  // inside listen(), which stop() must end
   std::atomic<uint64_t> http_requests{0};
   // /metrics reports tokens per second between one scrape and the next.
   std::mutex metrics_mutex;
@@ -56,7 +59,7 @@ struct Server::State {
 // ---- request fields --------------------------------------------------------
 
 // The request body as a JSON object, or HttpError 400.
-json parse_body(const httplib::Request& req);
+json parse_body(const HttpRequest& req);
 // Each returns nullopt for a missing or null field and throws HttpError 400
 // naming the field when it has the wrong type. get_int saturates integers
 // past int64 (2^63 would otherwise read as -2^63).
@@ -87,42 +90,48 @@ struct Completion {
   engine::FinishReason finish_reason = engine::FinishReason::EndOfGeneration;
   engine::RequestTimings timings;
 };
-// Waits for the whole answer; HttpError 500 when the engine failed. A
-// client that closes its connection meanwhile cancels the request.
-Completion collect(Server::State& s, const httplib::Request& req, engine::RequestStream& stream);
+// Waits for the whole answer; HttpError 500 when the engine failed, 503
+// when the server stops. A client that closes its connection meanwhile
+// cancels the request.
+Completion collect(Server::State& s, const HttpRequest& req, engine::RequestStream& stream);
 
 // Streams the answer as chunks: `on_start` first (may be empty), `on_text`
 // for each piece, then `on_end` for the Done event or `on_error` for a
-// failure. A client that goes away cancels the request. The lease keeps
-// the model loaded until the stream ends.
+// failure or the server stopping (the stream's last chunk: it ends an SSE
+// stream with `data: [DONE]` itself). A client that goes away cancels the
+// request. The lease keeps the model loaded until the stream ends.
 struct StreamFormat {
   std::function<std::string()> on_start;
   std::function<std::string(const std::string& text)> on_text;
   std::function<std::string(const engine::StreamEvent& done)> on_end;
   std::function<std::string(const std::string& message)> on_error;
 };
-void stream_response(Server::State& s, httplib::Response& res, const char* content_type,
+void stream_response(Server::State& s, HttpResponse& res, const char* content_type,
                      std::shared_ptr<engine::RequestStream> stream, std::shared_ptr<ModelLease> lease,
                      StreamFormat format);
 
 // Renders chat messages (already checked: objects with string role and
-// content) through the model's template and tokenizes the result.
-std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages);
+// content) through the model's template and tokenizes the result
+// (prompt_tokens.h: refused or cut before tokenizing when it cannot fit).
+std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages, bool truncate);
 
 // Tokens of a plain prompt (BOS as the vocabulary asks, special tokens parsed).
-std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text);
+std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text, bool truncate);
 
 // ---- answers -----------------------------------------------------------------
 
-void send_json(httplib::Response& res, const json& body, int status = 200);
-void send_error(httplib::Response& res, ApiFlavor flavor, const HttpError& error);
+void send_json(HttpResponse& res, const json& body, int status = 200);
+void send_error(HttpResponse& res, ApiFlavor flavor, const HttpError& error);
+// The error shape of a path: OpenAI's under /v1/, else Ollama's.
+ApiFlavor flavor_of(const std::string& path);
 // Runs a handler, turning HttpError, bad JSON and other exceptions into
 // error answers of the route's flavor.
-httplib::Server::Handler route(Server::State& s, ApiFlavor flavor,
-                               std::function<void(const httplib::Request&, httplib::Response&)> handler);
+HttpRouter::Handler route(Server::State& s, ApiFlavor flavor,
+                          std::function<void(const HttpRequest&, HttpResponse&)> handler);
 
-// The request's `model` field ("" when absent); 400 when it is no string.
-std::string model_field(const json& body);
+// The request's model name field ("" when absent); 400 when it is no string
+// or holds a NUL (a name or path with one would be cut short in the system).
+std::string model_field(const json& body, const char* key = "model");
 
 std::string random_id(const char* prefix);
 std::string rfc3339_now();

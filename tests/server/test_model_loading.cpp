@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/error.h"
 #include "server/server.h"
 #include "store/fake_hub.h"
 #include "store/pull.h"
@@ -81,7 +82,8 @@ class ModelLoadingTest : public ::testing::Test {
     o.n_ctx = 256;
     o.parallel = parallel;
     o.keep_alive = keep_alive;
-    o.wrap_backend = [d = delay_ms_](std::unique_ptr<backend::Backend> b) -> std::unique_ptr<backend::Backend> {
+    o.wrap_backend = [d = delay_ms_, refused = refused_ctx_](std::unique_ptr<backend::Backend> b) -> std::unique_ptr<backend::Backend> {
+      if (b->n_ctx() == refused->load()) throw Error("out of memory for this context (the test says so)");
       return std::make_unique<SlowBackend>(std::move(b), d);
     };
     server_ = std::make_unique<server::Server>(o);
@@ -133,6 +135,7 @@ class ModelLoadingTest : public ::testing::Test {
 
   test::TempStoreHome home_;
   std::shared_ptr<std::atomic<int>> delay_ms_ = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<int>> refused_ctx_ = std::make_shared<std::atomic<int>>(-1);  // a backend of this context fails
   std::unique_ptr<server::Server> server_;
   int port_ = 0;
 };
@@ -274,6 +277,47 @@ TEST_F(ModelLoadingTest, AModelThatCannotLoadIsAnErrorAndTheServerGoesOn) {
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   EXPECT_FALSE(generate("", "Once upon a time", 4).empty());  // the default model loads again
+}
+
+// A request naming a corrupt file used to unload the resident model first
+// (the next request paid a reload): the file is now opened and checked
+// before anything is unloaded.
+TEST_F(ModelLoadingTest, AModelThatCannotLoadLeavesTheResidentOneLoaded) {
+  const auto corrupt = home_.path() / "corrupt.gguf";
+  {  // a real model's header with its tensor data cut off
+    std::ifstream in(q2_model(), std::ios::binary);
+    std::string bytes(4096, '\0');
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(corrupt, std::ios::binary) << bytes;
+  }
+  start(q8_model().string());
+  const json before = get_json("/api/ps");
+  ASSERT_EQ(before["models"].size(), 1u);
+  auto r = post("/api/generate", {{"model", corrupt.string()}, {"prompt", "Hi"}, {"stream", false}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500) << r->body;
+  EXPECT_NE(r->body.find("cannot load model 'corrupt'"), std::string::npos) << r->body;
+  EXPECT_EQ(loaded(), std::vector<std::string>{"TinyStories-656K-Q8_0:latest"});
+  // The same model, not a reload of it.
+  auto next = post("/api/generate", {{"prompt", "Hi"}, {"stream", false}, {"options", {{"num_predict", 2}}}});
+  ASSERT_TRUE(next);
+  ASSERT_EQ(next->status, 200) << next->body;
+  EXPECT_EQ(json::parse(next->body)["load_duration"], 0);
+}
+
+// A load that fails after the resident model was unloaded (a context the
+// memory cannot hold) reloads the resident model as it was.
+TEST_F(ModelLoadingTest, ALoadThatFailsForMemoryReloadsTheResidentModel) {
+  start(q8_model().string());
+  refused_ctx_->store(512);
+  auto r = post("/api/generate", {{"prompt", "Hi"}, {"stream", false}, {"options", {{"num_ctx", 512}, {"num_predict", 2}}}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500) << r->body;
+  EXPECT_NE(r->body.find("out of memory"), std::string::npos) << r->body;
+  const json ps = get_json("/api/ps");
+  ASSERT_EQ(ps["models"].size(), 1u) << ps;
+  EXPECT_EQ(ps["models"][0]["context_length"], 256);
+  EXPECT_FALSE(generate("", "Once upon a time", 4).empty());
 }
 
 TEST_F(ModelLoadingTest, PullStreamsProgressThenSuccessAndTheModelServes) {

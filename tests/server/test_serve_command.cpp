@@ -103,3 +103,31 @@ TEST(ServeCommand, APrefillSlowdownMustBeAFactor) {
         << result.err;
   }
 }
+
+// Web pages besides local ones: --origins, else $M40_LLM_ORIGINS.
+TEST(ServeCommand, AllowedOriginsComeFromTheOptionOrTheEnvironment) {
+  const auto model = test::shared_model("TinyStories-656K-Q8_0.gguf");
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "shared models not found";
+  auto status_for = [](int port, const std::string& origin) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(5);
+    auto r = client.Get("/api/version", {{"Origin", origin}});
+    return r ? r->status : 0;
+  };
+  ::setenv("M40_LLM_ORIGINS", "https://env.example, https://*.env.example", 1);
+  {
+    test::ServeProcess serve({model.string(), "--cpu", "--threads", "1", "--ctx", "128"});
+    ASSERT_TRUE(serve.running()) << serve.stderr_text();
+    EXPECT_EQ(status_for(serve.port(), "https://env.example"), 200);
+    EXPECT_EQ(status_for(serve.port(), "https://app.env.example"), 200);
+    EXPECT_EQ(status_for(serve.port(), "https://flag.example"), 403);
+  }
+  {
+    test::ServeProcess serve({model.string(), "--cpu", "--threads", "1", "--ctx", "128", "--origins", "https://flag.example"});
+    ASSERT_TRUE(serve.running()) << serve.stderr_text();
+    EXPECT_EQ(status_for(serve.port(), "https://flag.example"), 200);
+    EXPECT_EQ(status_for(serve.port(), "https://env.example"), 403);  // the option wins
+    EXPECT_EQ(status_for(serve.port(), "http://localhost:8080"), 200);
+  }
+  ::unsetenv("M40_LLM_ORIGINS");
+}
