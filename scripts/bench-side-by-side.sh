@@ -42,16 +42,31 @@ done
 mkdir -p "$out" "$models"
 out=$(cd "$out" && pwd)
 
+# llama.cpp builds in the background while the models are written.
+build_pid=""
 if [ -z "$llama_bench" ]; then
   [ -n "$llama_tar" ] || m40_die "give --llama-bench or --llama-tar"
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
   src=/tmp/llama-side && mkdir -p "$src" && tar xJf "$llama_tar" -C "$src"
-  m40_log "building llama-bench for sm_$arch"
+  m40_log "building llama-bench for sm_$arch (log: $out/llama-build.log)"
   { cmake -S "$src/llama.cpp" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF &&
-    cmake --build "$src/build" -j "$(nproc)" --target llama-bench; } > "$out/llama-build.log" 2>&1 ||
-    m40_die "llama.cpp did not build ($out/llama-build.log)"
+    cmake --build "$src/build" -j "$(nproc)" --target llama-bench; } > "$out/llama-build.log" 2>&1 &
+  build_pid=$!
+fi
+
+for c in "${cases[@]}"; do
+  IFS=: read -r shape type vocab <<< "$c"
+  file="$models/$shape-$type.gguf"
+  [ -f "$file" ] && continue
+  m40_log "gen-model $file"
+  "$m40" gen-model "$file" --shape "$shape" --type "$type" --tokenizer-from "$vocab" >> "$out/gen-model.log" 2>&1 ||
+    { rm -f "$file"; echo "gen-model $shape $type failed" >&2; }
+done
+
+if [ -n "$build_pid" ]; then
+  wait "$build_pid" || m40_die "llama.cpp did not build ($out/llama-build.log)"
   llama_bench=$(find "$src/build" -name llama-bench -type f -perm -u+x | head -n 1)
 fi
 
@@ -70,11 +85,7 @@ tps() { grep -E "\| *$2 *\|" "$1" | head -n 1 | awk -F'|' '{print $(NF-1)}' | se
 for c in "${cases[@]}"; do
   IFS=: read -r shape type vocab <<< "$c"
   file="$models/$shape-$type.gguf"
-  if [ ! -f "$file" ]; then
-    m40_log "gen-model $file"
-    "$m40" gen-model "$file" --shape "$shape" --type "$type" --tokenizer-from "$vocab" >> "$out/gen-model.log" 2>&1 ||
-      { echo "| $shape $type | gen-model failed | | | | | |" >> "$table"; continue; }
-  fi
+  [ -f "$file" ] || { echo "| $shape $type | gen-model failed | | | | | |" >> "$table"; continue; }
   m40_log "bench $shape $type"
   "$m40" bench "$file" -p "$p" -n "$n" -b 1 -r "$r" > "$out/m40-$shape-$type.md" 2>&1
   "$llama_bench" -m "$file" -ngl 99 -fa 1 -p "$p" -n "$n" -r "$r" > "$out/llama-$shape-$type.md" 2>&1
