@@ -453,6 +453,27 @@ void check_add_branch(cudaStream_t stream, int n_rows, int n, bool bias, bool no
   add_branch(d_x.get(), d_branch.get(), join, n_rows, n, stream);
   expect_close(from_device(d_x), cpu, 1e-6, 1e-6, "add_branch");
   EXPECT_EQ(from_device(d_branch), branch) << "the branch must be left as it is";
+
+  // With the next stage's norm in the same pass: into a poisoned buffer, and
+  // over the branch itself (as the backend does, the branch being xn).
+  const auto next_w = random_floats(static_cast<size_t>(n), 0.5f, 1.5f, 75);
+  std::vector<float> normed(values);
+  for (int r = 0; r < n_rows; ++r) {
+    const int64_t o = static_cast<int64_t>(r) * n;
+    cpu::rms_norm(cpu.data() + o, next_w.data(), normed.data() + o, n, eps);
+  }
+  DeviceBuffer<float> d_next_w(next_w.size()), d_normed(values);
+  to_device(d_next_w, next_w);
+  for (const bool over_branch : {false, true}) {
+    SCOPED_TRACE(over_branch ? "normalized over the branch" : "normalized into its own buffer");
+    to_device(d_x, x);
+    to_device(d_branch, branch);
+    poison(d_normed);
+    float* out = over_branch ? d_branch.get() : d_normed.get();
+    add_branch(d_x.get(), d_branch.get(), join, n_rows, n, stream, NextNorm{d_next_w.get(), out});
+    expect_close(from_device(d_x), cpu, 1e-6, 1e-6, "add_branch x");
+    expect_close(over_branch ? from_device(d_branch) : from_device(d_normed), normed, 2e-6, 1e-6, "add_branch norm");
+  }
 }
 
 TEST_F(LayerKernels, AddBranchMatchesTheCpu) {
@@ -495,6 +516,8 @@ TEST(LayerKernelArguments, NegativeCountsAreErrors) {
   EXPECT_THROW(scale_and_cap(nullptr, 4, 1.0f, -1.0f, nullptr), Error);  // a negative cap
   EXPECT_THROW(add_bias(nullptr, nullptr, 1, 0, nullptr), Error);
   EXPECT_THROW(add_branch(nullptr, nullptr, BranchJoin{}, -1, 8, nullptr), Error);
+  float dummy = 0.0f;
+  EXPECT_THROW(add_branch(nullptr, nullptr, BranchJoin{}, 1, 8, nullptr, NextNorm{&dummy, nullptr}), Error);
   EXPECT_THROW(attention_temperature(nullptr, 1, 8, nullptr, 0.1f, 0, nullptr), Error);  // a step length of 0
   EXPECT_THROW(add_in_place(nullptr, nullptr, -1, nullptr), Error);
   EXPECT_THROW(rms_norm(nullptr, nullptr, nullptr, 1, 0, 1e-5f, nullptr), Error);

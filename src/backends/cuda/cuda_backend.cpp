@@ -254,10 +254,15 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
 
   embed_tokens(token_embd_, tokens_, n, x_, stream_);
   if (hp.embedding_scale != 1.0f) scale_and_cap(x_, int64_t{n} * n_embd, hp.embedding_scale, 0.0f, stream_);
+  stage_timer_.mark(stream_, "embed");
+  bool xn_holds_attn_norm = false;  // the previous layer's branch join normalized x already
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOnDevice& w = layers_[l];
     const auto layer = static_cast<uint32_t>(l);
-    rms_norm(x_, w.attn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
+    if (!xn_holds_attn_norm) {
+      rms_norm(x_, w.attn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
+      stage_timer_.mark(stream_, "attn_norm");
+    }
     // Decode steps read x once for Q, K (and V) in one launch when the
     // matrices allow it (matvec_parts), else one product each.
     const OutputPart qkv[3] = {{q_, w.wq.rows}, {k_, w.wk.rows}, {v_, w.wv.rows}};
@@ -267,22 +272,28 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
       matmul(w.wk, xn_, n, k_, nullptr, stream_);
     }
     if (!fused_qkv || w.qkv_parts == 2) matmul(w.wv, xn_, n, v_, nullptr, stream_);
+    stage_timer_.mark(stream_, "qkv");
     if (w.bq != nullptr) add_bias(q_, w.bq, n, q_dim, stream_);
     if (w.bk != nullptr) add_bias(k_, w.bk, n, kv_dim, stream_);
     if (w.bv != nullptr) add_bias(v_, w.bv, n, kv_dim, stream_);
+    if (w.bq != nullptr) stage_timer_.mark(stream_, "qkv_bias");
     // Per-head norms: rows of head_dim, in place.
     if (w.q_norm != nullptr) rms_norm(q_, w.q_norm, q_, n * n_head, head_dim, hp.rms_eps, stream_);
     if (w.k_norm != nullptr) rms_norm(k_, w.k_norm, k_, n * n_head_kv, head_dim, hp.rms_eps, stream_);
+    if (w.q_norm != nullptr) stage_timer_.mark(stream_, "qk_norm");
     const model::RopeSettings rope_settings = hp.rope_for_layer(layer);
     if (rope_settings.enabled) {  // NoPE layers (smollm3) apply none
       const RopeConfig rope_cfg = rope_config(hp, rope_settings, rope_factors_);
       rope(q_, n, n_head, q_dim, positions_, rope_cfg, stream_);
       rope(k_, n, n_head_kv, kv_dim, positions_, rope_cfg, stream_);
+      stage_timer_.mark(stream_, "rope");
     }
     if (hp.attn_temperature_scale != 0.0f) {
       attention_temperature(q_, n, q_dim, positions_, hp.attn_temperature_scale, hp.attn_temperature_length, stream_);
+      stage_timer_.mark(stream_, "q_temperature");
     }
     kv_append(kv_layers_[l], k_, v_, seq_ids_, positions_, n, stream_);
+    stage_timer_.mark(stream_, "kv_append");
     const AttentionShape shape{n_head, n_head_kv, head_dim, hp.attention_scale, hp.attn_softcap,
                                static_cast<int>(hp.window_of_layer(layer))};
     // The leading tokens that are each their sequence's only one go through
@@ -298,41 +309,54 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
       attention(kv_layers_[l], shape, q_ + skip, seq_ids_ + n_single, positions_ + n_single, n - n_single,
                 max_positions, attn_ + skip, stream_);
     }
-    enqueue_branch_output(w.wo, attn_, w.bo, w.post_attn_norm, n);
-
-    rms_norm(x_, w.ffn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
+    stage_timer_.mark(stream_, "attention");
+    if (!enqueue_branch_output(w.wo, attn_, w.bo, w.post_attn_norm, n, "attn_output", w.ffn_norm)) {
+      rms_norm(x_, w.ffn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
+      stage_timer_.mark(stream_, "ffn_norm");
+    }
     const OutputPart gate_up[2] = {{gate_, w.w_gate.rows}, {up_, w.w_up.rows}};
     if (w.w_gate_up.rows == 0 || !matvec_parts(w.w_gate_up, xn_, n, gate_up, 2, stream_)) {
       matmul(w.w_gate, xn_, n, gate_, nullptr, stream_);
       matmul(w.w_up, xn_, n, up_, nullptr, stream_);
     }
+    stage_timer_.mark(stream_, "gate_up");
     const int64_t ff_values = int64_t{n} * hp.n_ff;
     if (gelu) {
       gelu_mul(gate_, up_, gate_, ff_values, stream_);
     } else {
       silu_mul(gate_, up_, gate_, ff_values, stream_);
     }
-    enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n);
+    stage_timer_.mark(stream_, "ffn_activation");
+    const float* next_attn_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : nullptr;
+    xn_holds_attn_norm = enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n, "ffn_down", next_attn_norm);
   }
 }
 
-void CudaBackend::enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias,
-                                        const float* post_norm, int n) {
+bool CudaBackend::enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias,
+                                        const float* post_norm, int n, const char* stage, const float* next_norm) {
   const BranchJoin join{bias, post_norm, hparams_.rms_eps, hparams_.residual_scale};
   if (join.plain()) {
     matmul(w, h, n, x_, x_, stream_);  // residual add fused: x += W h
-    return;
+    stage_timer_.mark(stream_, stage);
+    return false;
   }
   matmul(w, h, n, xn_, nullptr, stream_);
-  add_branch(x_, xn_, join, n, static_cast<int>(hparams_.n_embd), stream_);
+  stage_timer_.mark(stream_, stage);
+  // The join also normalizes x for the next stage, over the branch in xn.
+  add_branch(x_, xn_, join, n, static_cast<int>(hparams_.n_embd), stream_, NextNorm{next_norm, next_norm ? xn_ : nullptr});
+  stage_timer_.mark(stream_, "branch_join");
+  return next_norm != nullptr;
 }
 
 void CudaBackend::enqueue_output(const float* rows, int n_out) {
   const auto& hp = hparams_;
   rms_norm(rows, output_norm_, xn_, n_out, static_cast<int>(hp.n_embd), hp.rms_eps, stream_);
+  stage_timer_.mark(stream_, "output_norm");
   matmul(output_, xn_, n_out, logits_, nullptr, stream_);
+  stage_timer_.mark(stream_, "output_head");
   if (hp.logit_scale != 1.0f || hp.final_softcap > 0.0f) {
     scale_and_cap(logits_, int64_t{n_out} * hp.n_vocab, hp.logit_scale, hp.final_softcap, stream_);
+    stage_timer_.mark(stream_, "logit_scale_cap");
   }
 }
 
@@ -359,7 +383,8 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   // A decode step (every token wants logits, few tokens) replays a graph
   // captured once per batch size; its kernels read positions from the device,
   // and the attention is sized for the whole context so the graph stays valid.
-  const bool decode_step = options_.use_graphs && all_want_logits && n <= max_logit_rows_ && n <= kMaxMatvecTokens;
+  // (Stage timing runs the steps eagerly: events inside graphs do not time.)
+  const bool decode_step = options_.use_graphs && !stage_timer_.enabled() && all_want_logits && n <= max_logit_rows_ && n <= kMaxMatvecTokens;
   if (decode_step) {
     auto it = decode_graphs_.find(n);
     if (it == decode_graphs_.end()) {
@@ -399,6 +424,7 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
     if (!alone) break;
     max_single_positions = std::max(max_single_positions, batch.positions[begin + n_single] + 1);
   }
+  stage_timer_.begin(stream_, -1);
   enqueue_layers(n, max_positions, n_single, max_single_positions);
   // The output head runs on the rows that want logits, gathered in groups
   // of at most max_logit_rows_.
@@ -421,6 +447,7 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
     logits_written += rows;
   }
   M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  stage_timer_.collect(-1);
 }
 
 void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) {

@@ -17,6 +17,7 @@
 #include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/memory_plan.h"
+#include "backends/cuda/stage_timer.h"
 #include "model/hparams.h"
 #include "model/weights.h"
 
@@ -81,8 +82,11 @@ class CudaBackend : public backend::Backend {
   void enqueue_layers(int n, int max_positions, int n_single = 0, int max_single_positions = 0);
   // A branch's output product W h joining the residual stream x_: fused
   // into the product's epilogue for plain layers, else through xn_ (free
-  // once the branch's input products have read it) and add_branch.
-  void enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias, const float* post_norm, int n);
+  // once the branch's input products have read it) and add_branch, which
+  // then also writes rms_norm(x) * next_norm to xn_ when next_norm is given.
+  // Returns whether it did (xn_ then holds the next stage's input).
+  bool enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias, const float* post_norm, int n,
+                             const char* stage, const float* next_norm);
   // Final norm and output head (with the logits' scale and soft-cap) for
   // n_out consecutive hidden-state rows.
   void enqueue_output(const float* rows, int n_out);
@@ -113,6 +117,7 @@ class CudaBackend : public backend::Backend {
 
   std::vector<int> filled_;  // cached positions per sequence
   std::map<int, cudaGraphExec_t> decode_graphs_;  // by batch size
+  StageTimer stage_timer_;  // M40_CUDA_STAGE_TIMES=1: GPU time per stage, printed at the end
 };
 
 }  // namespace m40::cuda

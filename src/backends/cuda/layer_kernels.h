@@ -79,10 +79,20 @@ struct BranchJoin {
   bool plain() const { return bias == nullptr && post_norm == nullptr && scale == 1.0f; }
 };
 
+// The norm that follows a branch's join, done in the same pass:
+// out = rms_norm(x) * weight (join.eps), after x was updated.
+struct NextNorm {
+  const float* weight = nullptr;
+  float* out = nullptr;  // may be the branch
+};
+
 // x[r] += scale * norm(branch[r] + bias) for n_rows rows of n (branch is
-// left as it is). CPU twin: the add_branch step of cpu::CpuBackend::forward
-// (cpu::add_in_place, cpu::rms_norm, cpu::scale).
-void add_branch(float* x, const float* branch, const BranchJoin& join, int n_rows, int n, cudaStream_t stream);
+// left as it is unless it is next.out), then, when next names a norm,
+// next.out[r] = rms_norm(x[r]) * next.weight. CPU twin: the add_branch step
+// of cpu::CpuBackend::forward (cpu::add_in_place, cpu::rms_norm,
+// cpu::scale), then cpu::rms_norm.
+void add_branch(float* x, const float* branch, const BranchJoin& join, int n_rows, int n, cudaStream_t stream,
+                const NextNorm& next = {});
 
 // The KV cache of one layer: for each sequence slot, n_ctx positions of
 // kv_dim halves (FP16 bits) for K and for V.
