@@ -19,6 +19,8 @@
 //     ulp of the factor (3e-7 relative).
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -400,6 +402,39 @@ TEST_F(LayerKernels, AddBiasMatchesTheCpuBitForBit) {
   }
 }
 
+// Q, K and V biases in one launch, as the backend adds them: each part gets
+// its own bias and nothing beyond its rows is touched.
+TEST_F(LayerKernels, AddBiasesToThreeMatricesInOneLaunch) {
+  for (const int n_rows : {1, 5, 300}) {
+    SCOPED_TRACE(std::to_string(n_rows) + " rows");
+    const int widths[3] = {3584, 512, 512};  // Qwen2.5-7B's Q, K and V
+    std::vector<std::vector<float>> y(3), bias(3), cpu(3);
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> d_y, d_bias;
+    BiasTarget targets[3];
+    for (int p = 0; p < 3; ++p) {
+      // One guard row past each matrix: it must stay as it is.
+      y[p] = random_floats(static_cast<size_t>(n_rows + 1) * widths[p], -5.0f, 5.0f, 61 + p);
+      bias[p] = random_floats(static_cast<size_t>(widths[p]), -1.0f, 1.0f, 64 + p);
+      cpu[p] = y[p];
+      for (int r = 0; r < n_rows; ++r) {
+        cpu::add_in_place(cpu[p].data() + static_cast<int64_t>(r) * widths[p], bias[p].data(), widths[p]);
+      }
+      d_y.push_back(std::make_unique<DeviceBuffer<float>>(y[p].size()));
+      d_bias.push_back(std::make_unique<DeviceBuffer<float>>(bias[p].size()));
+      to_device(*d_y[p], y[p]);
+      to_device(*d_bias[p], bias[p]);
+      targets[p] = {d_y[p]->get(), d_bias[p]->get(), widths[p]};
+    }
+    add_biases(targets, 3, n_rows, stream_);
+    for (int p = 0; p < 3; ++p) {
+      const auto gpu = from_device(*d_y[p]);
+      EXPECT_EQ(std::memcmp(gpu.data(), cpu[p].data(), cpu[p].size() * 4), 0) << "part " << p;
+    }
+  }
+  EXPECT_THROW(add_biases(nullptr, 0, 1, nullptr), Error);
+  EXPECT_THROW(add_biases(nullptr, kMaxBiasTargets + 1, 1, nullptr), Error);
+}
+
 TEST_F(LayerKernels, ScaleAndCapMatchesTheCpu) {
   struct Case {
     float scale, cap;
@@ -482,6 +517,9 @@ TEST_F(LayerKernels, AddBranchMatchesTheCpu) {
   check_add_branch(stream_, 4, 3584, true, false, 1.0f);   // an attn_output bias
   check_add_branch(stream_, 300, 128, true, true, 0.5f);   // all three, a prefill batch
   check_add_branch(stream_, 2, 100, false, true, 0.22f);   // a row that is not a multiple of the block
+  check_add_branch(stream_, 3, 102, true, true, 0.22f);    // n % 4 != 0: the scalar kernel
+  check_add_branch(stream_, 2, 16384, true, true, 1.0f);   // the widest row kept in registers
+  check_add_branch(stream_, 1, 16388, false, true, 1.0f);  // one float4 more: the scalar kernel
 }
 
 TEST_F(LayerKernels, AttentionTemperatureMatchesTheCpu) {

@@ -273,10 +273,11 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
     }
     if (!fused_qkv || w.qkv_parts == 2) matmul(w.wv, xn_, n, v_, nullptr, stream_);
     stage_timer_.mark(stream_, "qkv");
-    if (w.bq != nullptr) add_bias(q_, w.bq, n, q_dim, stream_);
-    if (w.bk != nullptr) add_bias(k_, w.bk, n, kv_dim, stream_);
-    if (w.bv != nullptr) add_bias(v_, w.bv, n, kv_dim, stream_);
-    if (w.bq != nullptr) stage_timer_.mark(stream_, "qkv_bias");
+    if (w.bq != nullptr) {  // the loader gives all three biases or none
+      const BiasTarget biases[3] = {{q_, w.bq, q_dim}, {k_, w.bk, kv_dim}, {v_, w.bv, kv_dim}};
+      add_biases(biases, 3, n, stream_);
+      stage_timer_.mark(stream_, "qkv_bias");
+    }
     // Per-head norms: rows of head_dim, in place.
     if (w.q_norm != nullptr) rms_norm(q_, w.q_norm, q_, n * n_head, head_dim, hp.rms_eps, stream_);
     if (w.k_norm != nullptr) rms_norm(k_, w.k_norm, k_, n * n_head_kv, head_dim, hp.rms_eps, stream_);

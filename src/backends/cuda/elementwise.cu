@@ -80,12 +80,31 @@ __global__ void __launch_bounds__(kThreads) add_kernel(float* y, const float* x,
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) y[i] += x[i];
 }
 
-// y[i] += bias[i % n_cols] over n_rows * n_cols values.
-__global__ void __launch_bounds__(kThreads)
-    add_bias_kernel(float* y, const float* __restrict__ bias, int64_t n, int n_cols) {
+// Up to kMaxBiasTargets matrices of rows, each with its bias, in one
+// launch: the grid walks their values as one range.
+struct BiasArgs {
+  BiasTarget part[kMaxBiasTargets];
+  int64_t end[kMaxBiasTargets];  // where each part's values end in the joint range
+  int64_t total;                 // all parts' values
+  int n_parts;
+};
+
+__global__ void __launch_bounds__(kThreads) add_bias_kernel(BiasArgs a) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  const int64_t n = a.total;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
-    y[i] += __ldg(bias + i % n_cols);
+    // The part holding value i, chosen with constant indices so that the
+    // arguments stay in the constant bank (no local-memory copy).
+    BiasTarget t = a.part[0];
+    int64_t j = i;
+#pragma unroll
+    for (int p = 1; p < kMaxBiasTargets; ++p) {
+      if (p < a.n_parts && i >= a.end[p - 1]) {
+        t = a.part[p];
+        j = i - a.end[p - 1];
+      }
+    }
+    t.y[j] += __ldg(t.bias + j % t.n_cols);
   }
 }
 
@@ -142,14 +161,31 @@ void add_in_place(float* y, const float* x, int64_t n, cudaStream_t stream) {
   M40_CUDA_CHECK_LAUNCH();
 }
 
-void add_bias(float* y, const float* bias, int n_rows, int n_cols, cudaStream_t stream) {
-  if (n_rows < 0 || n_cols <= 0) {
-    throw Error("add_bias: bad shape " + std::to_string(n_rows) + " rows of " + std::to_string(n_cols));
+void add_biases(const BiasTarget* targets, int n_targets, int n_rows, cudaStream_t stream) {
+  if (n_targets < 1 || n_targets > kMaxBiasTargets || n_rows < 0) {
+    throw Error("add_biases: " + std::to_string(n_targets) + " targets of " + std::to_string(n_rows) +
+                " rows (1 to " + std::to_string(kMaxBiasTargets) + " targets)");
   }
-  const int64_t n = static_cast<int64_t>(n_rows) * n_cols;
+  BiasArgs a{};
+  int64_t n = 0;
+  for (int p = 0; p < n_targets; ++p) {
+    if (targets[p].n_cols <= 0) {
+      throw Error("add_biases: bad shape " + std::to_string(n_rows) + " rows of " + std::to_string(targets[p].n_cols));
+    }
+    a.part[p] = targets[p];
+    n += static_cast<int64_t>(n_rows) * targets[p].n_cols;
+    a.end[p] = n;
+  }
+  a.n_parts = n_targets;
+  a.total = n;
   if (n == 0) return;
-  add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, bias, n, n_cols);
+  add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a);
   M40_CUDA_CHECK_LAUNCH();
+}
+
+void add_bias(float* y, const float* bias, int n_rows, int n_cols, cudaStream_t stream) {
+  const BiasTarget one{y, bias, n_cols};
+  add_biases(&one, 1, n_rows, stream);
 }
 
 void scale_and_cap(float* x, int64_t n, float scale, float cap, cudaStream_t stream) {

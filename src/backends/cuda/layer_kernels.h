@@ -62,6 +62,16 @@ void gelu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStr
 // products). CPU twin: cpu::add_in_place per row.
 void add_bias(float* y, const float* bias, int n_rows, int n_cols, cudaStream_t stream);
 
+// The same for up to kMaxBiasTargets matrices of n_rows rows in one launch
+// (Q, K and V of a layer: one small kernel instead of three).
+struct BiasTarget {
+  float* y = nullptr;
+  const float* bias = nullptr;
+  int n_cols = 0;
+};
+inline constexpr int kMaxBiasTargets = 3;
+void add_biases(const BiasTarget* targets, int n_targets, int n_rows, cudaStream_t stream);
+
 // x = x * scale, then (cap > 0) x = cap * tanh(x / cap), over n values: the
 // embedding scale (cap 0) and the logits' scale and soft-cap. CPU twin:
 // cpu::scale then cpu::softcap.
