@@ -1,8 +1,8 @@
 #include "chat/chat_template.h"
 
-#include "chat/interpreter.h"
-#include "chat/parser.h"
-#include "chat/python.h"
+#include "chat/jinja/interpreter.h"
+#include "chat/jinja/parser.h"
+#include "chat/jinja/python.h"
 
 namespace m40::chat {
 

@@ -19,9 +19,9 @@
 #include <optional>
 #include <string>
 
-#include "chat/format.h"
-#include "chat/render_limits.h"
-#include "chat/template_error.h"
+#include "chat/jinja/format.h"
+#include "chat/jinja/render_limits.h"
+#include "chat/jinja/template_error.h"
 
 namespace m40::chat {
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <string>
 
-#include "tokenizer/unicode_data.h"
+#include "common/unicode.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab_impl.h"
 
@@ -28,7 +28,7 @@ constexpr std::string_view kWordStart = "\xE2\x96\x81";  // ▁
 }  // namespace
 
 void Vocab::Impl::encode_wpm(std::string_view text, std::vector<TokenId>& out) const {
-  using namespace unicode;
+  using namespace m40::unicode;
   std::vector<std::string> words(1);
   for (size_t i = 0; i < text.size();) {
     char32_t cp = utf8::decode(text, i);

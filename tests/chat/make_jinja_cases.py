@@ -238,6 +238,14 @@ SNIPPETS = [
     ('{{ (1,2,3)[1:] }} {{ (1,)[0] }}', {}),
     ('{%- set x -%}\n  body  \n{%- endset -%}[{{ x }}]', {}),
     ("{{ 'a' in ['a'] in [True] }}", {}),
+    # Case mapping beyond Latin, Greek and Cyrillic: Georgian (Asomtavruli,
+    # Nuskhuri, Mtavruli, Mkhedruli), Cherokee, Deseret, Glagolitic,
+    # fullwidth Latin, Armenian, Adlam, Old Hungarian.
+    ("{{ 'ⴀ' | upper }} {{ 'Ⴀ' | lower }} {{ 'Ა' | lower }} {{ 'ა'.upper() }} {{ 'ꭰ' | upper }} {{ 'Ꭰ' | lower }} {{ '𐐨' | upper }} {{ '𐐀' | lower }} {{ 'ⰰ' | upper }} {{ 'Ⰰ' | lower }} {{ 'ａｂ' | upper }} {{ 'ＡＢ' | lower }} {{ 'աբ' | upper }} {{ 'ԱԲ' | lower }} {{ '𞤢' | upper }} {{ '𐲀' | lower }}", {}),
+    # Full mappings (SpecialCasing), casefold, the final sigma of lower().
+    ("{{ 'ß'.upper() }} {{ 'ﬀ'.upper() }} {{ 'ΐ'.upper() }} {{ 'İ'.lower() | length }} {{ 'ß'.casefold() }} {{ 'ꭰ'.casefold() }} {{ 'ΣΊΣΥΦΟΣ ΟΔΟΣ. Σ'.lower() }} {{ 'ΑΣ\u0301'.lower() }} {{ 'ΑΣ\u0301Α'.lower() }} {{ 'ΟΔΟΣ' | lower }}", {}),
+    ("{{ 'ǆemal ßtraße ΟΔΟΣ'.title() }} {{ 'ǆemal'.capitalize() }} {{ 'ǅ'.swapcase() }} {{ 'ΑΣ'.swapcase() }} {{ 'ǅemal'.istitle() }} {{ 'Ⴀⴀ'.istitle() }} {{ 'ǆ' | title }} {{ 'ßa-ǆb ΟΔΟΣ' | title }} {{ 'ǆemal' | capitalize }}", {}),
+    ("{{ 'ǅ'.isupper() }} {{ 'ǅ'.islower() }} {{ 'Ꭰ'.isupper() }} {{ 'ꭰ'.islower() }} {{ 'ª'.islower() }} {{ 'ʰ'.islower() }} {{ 'Ⅻ'.isupper() }} {{ '٣'.isdigit() }} {{ '²'.isdigit() }} {{ '²'.isdecimal() }} {{ '½'.isnumeric() }} {{ '½'.isdigit() }} {{ 'ა'.isalpha() }} {{ '日本'.isalpha() }} {{ 'a½'.isalnum() }} {{ '🌍'.isalpha() }} {{ 'héllo wörld 日本語 🌍 a_b ½' | wordcount }}", {}),
 ]
 
 

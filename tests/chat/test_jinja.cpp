@@ -228,6 +228,29 @@ TEST(ChatJinjaFilters, StringMethods) {
   EXPECT_EQ(render("{{ 'Hi {}, {name}!'.format(1, name='you') }} {{ '%s=%d' % ('n', 5) }}"), "Hi 1, you! n=5");
 }
 
+// Python's str.upper()/lower() on every script with case, from the Unicode
+// tables the tokenizer lowercases with (common/unicode.h); the expected
+// strings are Python 3.11's.
+TEST(ChatJinjaFilters, CaseMappingCoversEveryCasedScript) {
+  EXPECT_EQ(render("{{ 'ⴀ' | upper }}{{ 'Ⴀ' | lower }}{{ 'ა'.upper() }}{{ 'Ა'.lower() }}"), "Ⴀⴀ\u1c90\u10d0");  // Georgian
+  EXPECT_EQ(render("{{ 'ꭰ' | upper }}{{ 'Ꭰ' | lower }}"), "Ꭰꭰ");                                          // Cherokee
+  EXPECT_EQ(render("{{ '𐐨' | upper }}{{ '𐐀' | lower }}"), "𐐀𐐨");                                          // Deseret
+  EXPECT_EQ(render("{{ 'ⰰ' | upper }}{{ 'Ⰰ' | lower }}"), "Ⰰⰰ");                                          // Glagolitic
+  EXPECT_EQ(render("{{ 'ａ' | upper }}{{ 'Ａ' | lower }}"), "Ａａ");                                        // fullwidth Latin
+  EXPECT_EQ(render("{{ 'ա' | upper }}{{ 'Ա' | lower }}"), "Աա");                                          // Armenian
+}
+
+TEST(ChatJinjaFilters, CaseMappingIsPythonsFullMapping) {
+  EXPECT_EQ(render("{{ 'straße' | upper }} {{ 'ﬀ'.upper() }} {{ 'İ'.lower() | length }} {{ 'ß'.casefold() }}"),
+            "STRASSE FF 2 ss");
+  // A capital sigma lowercases to ς at the end of a word.
+  EXPECT_EQ(render("{{ 'ΟΔΟΣ ΟΔΟΣ. Σ' | lower }}"), "οδος οδος. σ");
+  // title() and capitalize() use the titlecase mapping; the title filter
+  // upper-cases the first character of each word.
+  EXPECT_EQ(render("{{ 'ǆemal'.title() }} {{ 'ǆemal' | capitalize }} {{ 'ǆemal' | title }} {{ 'ǅ'.isupper() }}"),
+            "ǅemal ǅemal Ǆemal False");
+}
+
 TEST(ChatJinjaFilters, DictMethods) {
   EXPECT_EQ(render("{{ d.get('a') }}{{ d.get('z', 0) }}{{ d.keys() | list }}{{ d.values() | list }}",
                    Json::parse(R"({"d": {"a": 1}})")),

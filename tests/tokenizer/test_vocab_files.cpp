@@ -119,6 +119,20 @@ TEST(TokenizerVocabFiles, WordPieceAddsClsAndSepAndDecodes) {
             v.encode("fuhrer apfel", {.add_special = false}));  // accents stripped, lowercased
 }
 
+// WordPiece lowercases with Python's str.lower() on every script with case
+// (common/unicode.h, the table the Jinja engine's lower filter uses too):
+// Georgian Mtavruli (Unicode 11) and Armenian capitals become the lowercase
+// letters the vocabulary has.
+TEST(TokenizerVocabFiles, WordPieceLowercasesEveryCasedScript) {
+  const auto path = vocab_path("bert-bge");
+  if (!std::filesystem::exists(path)) GTEST_SKIP();
+  const Vocab v = Vocab::from_file(path.string());
+  const std::vector<TokenId> lower = v.encode("\u10d0 \u0561 \u03c3", {.add_special = false});  // ა ա σ
+  ASSERT_EQ(lower.size(), 3u);
+  for (TokenId id : lower) EXPECT_NE(id, v.special().unk);
+  EXPECT_EQ(v.encode("\u1c90 \u0531 \u03a3", {.add_special = false}), lower);  // Ა Ա Σ
+}
+
 TEST(TokenizerVocabFiles, MetadataOfTheLlamaVocabulary) {
   const auto path = vocab_path("llama-spm");
   if (!std::filesystem::exists(path)) GTEST_SKIP();

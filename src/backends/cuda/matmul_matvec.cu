@@ -35,8 +35,8 @@
 // registers) before it computes on them: an H200 needs some 3 MB in flight
 // to approach its bandwidth, an M40 about 150 KB.
 //
-// One and two tokens of Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K (and since session
-// 5 Q2_K, Q3_K, IQ4_XS) use the wide decoders (matmul_decode.cuh), whose
+// One and two tokens of Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K and
+// IQ4_XS use the wide decoders (matmul_decode.cuh), whose
 // units use (nearly) every byte a lane loads:
 // 11-34% fewer instructions per weight, and on an H200 up to 27% faster at
 // one token (Q4_K 11008x4096 17.7 -> 16.1 us, Q6_K 26.3 -> 20.7), up to 33%
@@ -465,7 +465,7 @@ constexpr int rows_per_block() {
 // M40 must issue. On an H200 (11008x4096, in a graph, us): Q8_0 19.2 ->
 // 18.1 at one token and 25.7 -> 19.4 at two, Q4_0 15.9 -> 13.5, IQ4_NL
 // 20.3 -> 17.4; at two tokens F16 27.2 -> 24.6 (4096x11008), Q4_K 21.0 ->
-// 18.2; since session 6 Q4_K at one token too, at 4 blocks per SM
+// 18.2; Q4_K at one token too, at 4 blocks per SM
 // (min_blocks_per_sm; with 3, its 4096-row products filled only 1.3 waves
 // and were slower, 13.7 -> 15.9 us): 15.4 -> 14.2 us at 11008x4096, 14.0 ->
 // 13.3 at 4096x11008, 7.3 -> 7.1 at 4096x4096, 3.97 -> 3.78 sm_52

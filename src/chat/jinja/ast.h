@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "chat/value.h"
+#include "chat/jinja/value.h"
 
 namespace m40::chat::jinja {
 

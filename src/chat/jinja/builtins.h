@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "chat/value.h"
+#include "chat/jinja/value.h"
 
 namespace m40::chat::jinja {
 

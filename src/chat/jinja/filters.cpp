@@ -6,11 +6,11 @@
 #include <cstdlib>
 #include <unordered_map>
 
-#include "chat/builtins.h"
-#include "chat/format.h"
-#include "chat/interpreter.h"
-#include "chat/python.h"
-#include "chat/unicode.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/format.h"
+#include "chat/jinja/interpreter.h"
+#include "chat/jinja/python.h"
+#include "chat/jinja/unicode.h"
 
 namespace m40::chat::jinja {
 
@@ -564,7 +564,8 @@ Value f_sum(Interpreter& in, const Value& v, CallArgs& a) {
 
 Value f_title(Interpreter&, const Value& v, CallArgs& a) {
   BoundArgs("title", a, {});
-  // Jinja2 splits on runs of [-\s({[<] and capitalizes each piece.
+  // Jinja2 splits on runs of [-\s({[<] and joins item[0].upper() +
+  // item[1:].lower() of each piece.
   const std::u32string cps = unicode::decode(soft_str(v));
   auto is_sep = [](char32_t c) { return unicode::is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<'; };
   std::string out;
@@ -573,7 +574,9 @@ Value f_title(Interpreter&, const Value& v, CallArgs& a) {
     size_t j = i;
     const bool sep = is_sep(cps[i]);
     while (j < cps.size() && is_sep(cps[j]) == sep) ++j;
-    for (size_t k = i; k < j; ++k) unicode::append(out, k == i ? unicode::to_upper(cps[k]) : unicode::to_lower(cps[k]));
+    const std::u32string_view piece = std::u32string_view(cps).substr(i, j - i);
+    out += unicode::upper(unicode::encode(piece.substr(0, 1)));
+    out += unicode::lower(unicode::encode(piece.substr(1)));
     i = j;
   }
   return Value(out);
@@ -666,7 +669,8 @@ Value f_wordcount(Interpreter&, const Value& v, CallArgs& a) {
   int64_t n = 0;
   bool in_word = false;
   for (char32_t c : unicode::decode(soft_str(v))) {
-    const bool word = unicode::is_alpha(c) || unicode::is_digit(c) || c == '_' || (c >= 0x80 && !unicode::is_space(c));
+    // Jinja2 counts matches of \w+: Python's str.isalnum() or '_'.
+    const bool word = unicode::is_alpha(c) || unicode::is_numeric(c) || c == '_';
     if (word && !in_word) ++n;
     in_word = word;
   }

@@ -1,4 +1,4 @@
-#include "chat/format.h"
+#include "chat/jinja/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include <ctime>
 #include <vector>
 
-#include "chat/builtins.h"
-#include "chat/python.h"
-#include "chat/unicode.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/python.h"
+#include "chat/jinja/unicode.h"
 
 namespace m40::chat {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "chat/value.h"
+#include "chat/jinja/value.h"
 
 namespace m40::chat {
 

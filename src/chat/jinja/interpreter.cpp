@@ -1,10 +1,10 @@
-#include "chat/interpreter.h"
+#include "chat/jinja/interpreter.h"
 
 #include <utility>
 
-#include "chat/builtins.h"
-#include "chat/python.h"
-#include "chat/template_error.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/python.h"
+#include "chat/jinja/template_error.h"
 
 namespace m40::chat::jinja {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "chat/ast.h"
-#include "chat/render_limits.h"
-#include "chat/value.h"
+#include "chat/jinja/ast.h"
+#include "chat/jinja/render_limits.h"
+#include "chat/jinja/value.h"
 
 namespace m40::chat::jinja {
 

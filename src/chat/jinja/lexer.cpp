@@ -8,14 +8,14 @@
 //   `{%` or `{#` (never before `{{`), unless the tag starts with `{%+`;
 // - `\r\n` and `\r` become `\n`, and a single newline ending the source is
 //   dropped unless keep_trailing_newline is set.
-#include "chat/lexer.h"
+#include "chat/jinja/lexer.h"
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
-#include "chat/template_error.h"
-#include "chat/unicode.h"
+#include "chat/jinja/template_error.h"
+#include "chat/jinja/unicode.h"
 
 namespace m40::chat::jinja {
 

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "chat/builtins.h"
-#include "chat/format.h"
-#include "chat/interpreter.h"
-#include "chat/python.h"
-#include "chat/unicode.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/format.h"
+#include "chat/jinja/interpreter.h"
+#include "chat/jinja/python.h"
+#include "chat/jinja/unicode.h"
 
 namespace m40::chat::jinja {
 
@@ -209,31 +209,6 @@ std::string replace(Interpreter& in, const std::string& s, const std::string& ol
   return out;
 }
 
-std::string title_case(const std::string& s) {  // Python str.title()
-  std::string out;
-  bool previous_cased = false;
-  for (char32_t c : unicode::decode(s)) {
-    const bool cased = unicode::is_upper(c) || unicode::is_lower(c);
-    if (cased) {
-      unicode::append(out, previous_cased ? unicode::to_lower(c) : unicode::to_upper(c));
-    } else {
-      unicode::append(out, c);
-    }
-    previous_cased = cased;
-  }
-  return out;
-}
-
-std::string capitalize(const std::string& s) {  // Python str.capitalize()
-  std::string out;
-  bool first = true;
-  for (char32_t c : unicode::decode(s)) {
-    unicode::append(out, first ? unicode::to_upper(c) : unicode::to_lower(c));
-    first = false;
-  }
-  return out;
-}
-
 // Python's optional start/end arguments of find, count, startswith, ...
 // as a code-point range, then as byte offsets.
 struct Range {
@@ -362,20 +337,11 @@ Value string_method(const std::string& self, const std::string& name) {
     });
   }
   if (name == "upper") return method([self](Interpreter&, CallArgs&) { return Value(unicode::upper(self)); });
-  if (name == "lower" || name == "casefold") {
-    return method([self](Interpreter&, CallArgs&) { return Value(unicode::lower(self)); });
-  }
-  if (name == "title") return method([self](Interpreter&, CallArgs&) { return Value(title_case(self)); });
-  if (name == "capitalize") return method([self](Interpreter&, CallArgs&) { return Value(capitalize(self)); });
-  if (name == "swapcase") {
-    return method([self](Interpreter&, CallArgs&) {
-      std::string out;
-      for (char32_t c : unicode::decode(self)) {
-        unicode::append(out, unicode::is_upper(c) ? unicode::to_lower(c) : unicode::to_upper(c));
-      }
-      return Value(out);
-    });
-  }
+  if (name == "lower") return method([self](Interpreter&, CallArgs&) { return Value(unicode::lower(self)); });
+  if (name == "casefold") return method([self](Interpreter&, CallArgs&) { return Value(unicode::casefold(self)); });
+  if (name == "title") return method([self](Interpreter&, CallArgs&) { return Value(unicode::title(self)); });
+  if (name == "capitalize") return method([self](Interpreter&, CallArgs&) { return Value(unicode::capitalize(self)); });
+  if (name == "swapcase") return method([self](Interpreter&, CallArgs&) { return Value(unicode::swapcase(self)); });
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
     const bool reverse = name[0] == 'r';
     const bool raise = name.find("index") != std::string::npos;
@@ -432,28 +398,27 @@ Value string_method(const std::string& self, const std::string& name) {
       return Value(std::move(out));
     });
   }
-  if (name == "isdigit" || name == "isdecimal" || name == "isnumeric") {
+  if (name == "isdigit") {
     return method([self](Interpreter&, CallArgs&) { return Value(all_chars(self, unicode::is_digit)); });
+  }
+  if (name == "isdecimal") {
+    return method([self](Interpreter&, CallArgs&) { return Value(all_chars(self, unicode::is_decimal)); });
+  }
+  if (name == "isnumeric") {
+    return method([self](Interpreter&, CallArgs&) { return Value(all_chars(self, unicode::is_numeric)); });
   }
   if (name == "isalpha") return method([self](Interpreter&, CallArgs&) { return Value(all_chars(self, unicode::is_alpha)); });
   if (name == "isalnum") {
     return method([self](Interpreter&, CallArgs&) {
-      return Value(all_chars(self, [](char32_t c) { return unicode::is_alpha(c) || unicode::is_digit(c); }));
+      // Python: isalpha() or isdecimal() or isdigit() or isnumeric(), the
+      // last covering the other two.
+      return Value(all_chars(self, [](char32_t c) { return unicode::is_alpha(c) || unicode::is_numeric(c); }));
     });
   }
   if (name == "isspace") return method([self](Interpreter&, CallArgs&) { return Value(all_chars(self, unicode::is_space)); });
-  if (name == "isupper" || name == "islower") {
-    const bool want_upper = name == "isupper";
-    return method([self, want_upper](Interpreter&, CallArgs&) {
-      bool cased = false;
-      for (char32_t c : unicode::decode(self)) {
-        if (want_upper ? unicode::is_lower(c) : unicode::is_upper(c)) return Value(false);
-        if (want_upper ? unicode::is_upper(c) : unicode::is_lower(c)) cased = true;
-      }
-      return Value(cased);
-    });
-  }
-  if (name == "istitle") return method([self](Interpreter&, CallArgs&) { return Value(!self.empty() && title_case(self) == self && self != unicode::lower(self)); });
+  if (name == "isupper") return method([self](Interpreter&, CallArgs&) { return Value(unicode::isupper(self)); });
+  if (name == "islower") return method([self](Interpreter&, CallArgs&) { return Value(unicode::islower(self)); });
+  if (name == "istitle") return method([self](Interpreter&, CallArgs&) { return Value(unicode::istitle(self)); });
   if (name == "center" || name == "ljust" || name == "rjust") {
     const char how = name == "center" ? '^' : name == "ljust" ? '<' : '>';
     return method([self, name, how](Interpreter& in, CallArgs& a) {

@@ -4,13 +4,13 @@
 //   (.attr, [index], (call)) followed by filters (|f), tests (is t) and calls.
 // So filters and tests bind tighter than any binary operator:
 // `'a' + x | trim` trims only x, and `not x is defined` is `not (x is defined)`.
-#include "chat/parser.h"
+#include "chat/jinja/parser.h"
 
 #include <algorithm>
 #include <initializer_list>
 
-#include "chat/builtins.h"
-#include "chat/template_error.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/template_error.h"
 
 namespace m40::chat::jinja {
 

@@ -7,8 +7,8 @@
 
 #include <string_view>
 
-#include "chat/ast.h"
-#include "chat/lexer.h"
+#include "chat/jinja/ast.h"
+#include "chat/jinja/lexer.h"
 
 namespace m40::chat::jinja {
 

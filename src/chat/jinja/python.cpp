@@ -1,4 +1,4 @@
-#include "chat/python.h"
+#include "chat/jinja/python.h"
 
 #include <algorithm>
 #include <charconv>
@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <unordered_set>
 
-#include "chat/unicode.h"
+#include "chat/jinja/unicode.h"
 
 namespace m40::chat::jinja {
 

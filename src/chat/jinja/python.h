@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "chat/value.h"
+#include "chat/jinja/value.h"
 
 namespace m40::chat::jinja {
 

@@ -1,4 +1,6 @@
-#include "chat/unicode.h"
+#include "chat/jinja/unicode.h"
+
+#include "common/unicode.h"
 
 namespace m40::chat::unicode {
 
@@ -107,65 +109,42 @@ bool is_line_break(char32_t cp) {
   }
 }
 
-char32_t to_upper(char32_t c) {
-  if (c < 0x80) return (c >= 'a' && c <= 'z') ? c - 32 : c;
-  if (c == 0xB5) return 0x39C;
-  if (c == 0xFF) return 0x178;
-  if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 32;
-  if (c >= 0x100 && c <= 0x17F) {
-    if (c == 0x131) return 'I';
-    if (c == 0x17F) return 'S';
-    if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) || (c >= 0x14A && c <= 0x177)) {
-      return (c % 2 == 1) ? c - 1 : c;
-    }
-    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 0) ? c - 1 : c;
-    return c;
+bool is_upper(char32_t c) { return (m40::unicode::str_flags(c) & m40::unicode::kUpper) != 0; }
+bool is_lower(char32_t c) { return (m40::unicode::str_flags(c) & m40::unicode::kLower) != 0; }
+bool is_alpha(char32_t c) { return (m40::unicode::flags(c) & m40::unicode::kLetter) != 0; }
+bool is_digit(char32_t c) { return (m40::unicode::str_flags(c) & m40::unicode::kDigit) != 0; }
+bool is_decimal(char32_t c) { return (m40::unicode::str_flags(c) & m40::unicode::kDecimal) != 0; }
+bool is_numeric(char32_t c) { return (m40::unicode::str_flags(c) & m40::unicode::kNumeric) != 0; }
+
+namespace {
+
+void append_mapped(std::string& out, const m40::unicode::Mapped& m) {
+  for (char32_t c : m) append(out, c);
+}
+
+bool is_cased(char32_t c) { return (m40::unicode::str_flags(c) & m40::unicode::kCased) != 0; }
+bool is_case_ignorable(char32_t c) { return (m40::unicode::str_flags(c) & m40::unicode::kCaseIgnorable) != 0; }
+
+// CPython's lower_ucs4: the full lowercase of text[i], where a capital sigma
+// is final (ς) after a cased letter and not before one, case-ignorable
+// characters skipped either way.
+void append_lower(std::string& out, const std::u32string& text, size_t i) {
+  if (text[i] != 0x3A3) {
+    append_mapped(out, m40::unicode::lower(text[i]));
+    return;
   }
-  if (c >= 0x3B1 && c <= 0x3C9) return c == 0x3C2 ? 0x3A3 : c - 32;
-  if (c == 0x3AC) return 0x386;
-  if (c >= 0x3AD && c <= 0x3AF) return c - 37;
-  if (c == 0x3CC) return 0x38C;
-  if (c == 0x3CD || c == 0x3CE) return c - 63;
-  if (c >= 0x430 && c <= 0x44F) return c - 32;
-  if (c >= 0x450 && c <= 0x45F) return c - 80;
-  if ((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF)) return (c % 2 == 1) ? c - 1 : c;
-  return c;
-}
-
-char32_t to_lower(char32_t c) {
-  if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
-  if (c == 0x178) return 0xFF;
-  if (c >= 0x100 && c <= 0x17F) {
-    if (c == 0x130) return 'i';
-    if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) || (c >= 0x14A && c <= 0x177)) {
-      return (c % 2 == 0) ? c + 1 : c;
-    }
-    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 1) ? c + 1 : c;
-    return c;
+  size_t j = i;
+  while (j > 0 && is_case_ignorable(text[j - 1])) --j;
+  bool final_sigma = j > 0 && is_cased(text[j - 1]);
+  if (final_sigma) {
+    size_t k = i + 1;
+    while (k < text.size() && is_case_ignorable(text[k])) ++k;
+    final_sigma = k == text.size() || !is_cased(text[k]);
   }
-  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
-  if (c == 0x386) return 0x3AC;
-  if (c >= 0x388 && c <= 0x38A) return c + 37;
-  if (c == 0x38C) return 0x3CC;
-  if (c == 0x38E || c == 0x38F) return c + 63;
-  if (c >= 0x410 && c <= 0x42F) return c + 32;
-  if (c >= 0x400 && c <= 0x40F) return c + 80;
-  if ((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF)) return (c % 2 == 0) ? c + 1 : c;
-  return c;
+  append(out, final_sigma ? char32_t{0x3C2} : char32_t{0x3C3});
 }
 
-bool is_upper(char32_t c) { return to_lower(c) != c; }
-bool is_lower(char32_t c) { return to_upper(c) != c || c == 0xDF; }
-
-bool is_alpha(char32_t c) {
-  if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-  if (c == 0xAA || c == 0xBA || c == 0xDF) return true;
-  if (is_upper(c) || is_lower(c)) return true;
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3040 && c <= 0x30FF) || (c >= 0xAC00 && c <= 0xD7A3);
-}
-
-bool is_digit(char32_t c) { return c >= '0' && c <= '9'; }
+}  // namespace
 
 std::string upper(std::string_view s) {
   std::string out;
@@ -174,13 +153,7 @@ std::string upper(std::string_view s) {
     for (char c : s) out.push_back((c >= 'a' && c <= 'z') ? static_cast<char>(c - 32) : c);
     return out;
   }
-  for (char32_t cp : decode(s)) {
-    if (cp == 0xDF) {
-      out += "SS";
-    } else {
-      append(out, to_upper(cp));
-    }
-  }
+  for (char32_t cp : decode(s)) append_mapped(out, m40::unicode::upper(cp));
   return out;
 }
 
@@ -191,8 +164,101 @@ std::string lower(std::string_view s) {
     for (char c : s) out.push_back((c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c);
     return out;
   }
-  for (char32_t cp : decode(s)) append(out, to_lower(cp));
+  const std::u32string cps = decode(s);
+  for (size_t i = 0; i < cps.size(); ++i) append_lower(out, cps, i);
   return out;
+}
+
+std::string casefold(std::string_view s) {
+  if (is_ascii(s)) return lower(s);
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t cp : decode(s)) append_mapped(out, m40::unicode::casefold(cp));
+  return out;
+}
+
+std::string title(std::string_view s) {  // CPython's do_title
+  std::string out;
+  out.reserve(s.size());
+  const std::u32string cps = decode(s);
+  bool previous_cased = false;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    if (previous_cased) {
+      append_lower(out, cps, i);
+    } else {
+      append_mapped(out, m40::unicode::title(cps[i]));
+    }
+    previous_cased = is_cased(cps[i]);
+  }
+  return out;
+}
+
+std::string capitalize(std::string_view s) {  // CPython's do_capitalize (3.8+: title case first)
+  std::string out;
+  out.reserve(s.size());
+  const std::u32string cps = decode(s);
+  for (size_t i = 0; i < cps.size(); ++i) {
+    if (i == 0) {
+      append_mapped(out, m40::unicode::title(cps[i]));
+    } else {
+      append_lower(out, cps, i);
+    }
+  }
+  return out;
+}
+
+std::string swapcase(std::string_view s) {  // CPython's do_swapcase
+  std::string out;
+  out.reserve(s.size());
+  const std::u32string cps = decode(s);
+  for (size_t i = 0; i < cps.size(); ++i) {
+    if (is_upper(cps[i])) {
+      append_lower(out, cps, i);
+    } else if (is_lower(cps[i])) {
+      append_mapped(out, m40::unicode::upper(cps[i]));
+    } else {
+      append(out, cps[i]);
+    }
+  }
+  return out;
+}
+
+bool isupper(std::string_view s) {
+  bool cased = false;
+  for (char32_t c : decode(s)) {
+    const uint8_t f = m40::unicode::str_flags(c);
+    if (f & (m40::unicode::kLower | m40::unicode::kTitle)) return false;
+    if (f & m40::unicode::kUpper) cased = true;
+  }
+  return cased;
+}
+
+bool islower(std::string_view s) {
+  bool cased = false;
+  for (char32_t c : decode(s)) {
+    const uint8_t f = m40::unicode::str_flags(c);
+    if (f & (m40::unicode::kUpper | m40::unicode::kTitle)) return false;
+    if (f & m40::unicode::kLower) cased = true;
+  }
+  return cased;
+}
+
+bool istitle(std::string_view s) {
+  bool cased = false;
+  bool previous_cased = false;
+  for (char32_t c : decode(s)) {
+    const uint8_t f = m40::unicode::str_flags(c);
+    if (f & (m40::unicode::kUpper | m40::unicode::kTitle)) {
+      if (previous_cased) return false;
+      previous_cased = cased = true;
+    } else if (f & m40::unicode::kLower) {
+      if (!previous_cased) return false;
+      previous_cased = cased = true;
+    } else {
+      previous_cased = false;
+    }
+  }
+  return cased;
 }
 
 }  // namespace m40::chat::unicode

@@ -27,17 +27,26 @@ bool is_space(char32_t cp);
 // Line boundaries of Python str.splitlines().
 bool is_line_break(char32_t cp);
 
-// Simple case mapping: ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic.
-// Enough for the text chat templates transform; other scripts are unchanged.
-char32_t to_upper(char32_t cp);
-char32_t to_lower(char32_t cp);
-bool is_upper(char32_t cp);
-bool is_lower(char32_t cp);
-bool is_alpha(char32_t cp);
-bool is_digit(char32_t cp);
+// Python's str predicates for one code point, from the shared Unicode tables
+// (common/unicode.h).
+bool is_upper(char32_t cp);    // str.isupper() (Uppercase)
+bool is_lower(char32_t cp);    // str.islower() (Lowercase)
+bool is_alpha(char32_t cp);    // str.isalpha(): a letter (\p{L})
+bool is_digit(char32_t cp);    // str.isdigit()
+bool is_decimal(char32_t cp);  // str.isdecimal()
+bool is_numeric(char32_t cp);  // str.isnumeric()
 
-// Python str.upper() / str.lower() (with the 'ß' -> "SS" expansion).
+// Python's str case methods on UTF-8 text, with the full case mappings
+// ("ß".upper() == "SS") and, where lower() applies, the final-sigma rule
+// ("ΑΣ".lower() == "ας").
 std::string upper(std::string_view utf8);
 std::string lower(std::string_view utf8);
+std::string casefold(std::string_view utf8);
+std::string title(std::string_view utf8);
+std::string capitalize(std::string_view utf8);
+std::string swapcase(std::string_view utf8);
+bool isupper(std::string_view utf8);
+bool islower(std::string_view utf8);
+bool istitle(std::string_view utf8);
 
 }  // namespace m40::chat::unicode
