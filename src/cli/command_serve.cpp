@@ -25,6 +25,7 @@ struct ServeOptions {
   std::string keep_alive;
   std::string vram;
   std::string origins;
+  std::string max_pull_size;
   server::ServerOptions server;
   bool host_given = false;
   bool port_given = false;
@@ -33,6 +34,7 @@ struct ServeOptions {
 int run_serve(ServeOptions o) {
   auto& so = o.server;
   if (!o.vram.empty()) so.vram_budget = parse_memory_size(o.vram);
+  if (!o.max_pull_size.empty()) so.max_pull_size = parse_memory_size(o.max_pull_size);
   // $M40_LLM_HOST=host:port, overridden by --host / --port.
   if (const char* env = std::getenv("M40_LLM_HOST"); env != nullptr && *env != '\0') {
     std::string host = so.host;
@@ -151,6 +153,18 @@ void register_serve_command(CLI::App& app) {
   cmd->add_flag("--cpu", so.force_cpu, "Use the CPU backend even when a GPU is present");
   cmd->add_option("--gpu", so.gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
   cmd->add_option("--vram", opts->vram, "Cap the GPU memory a model may use, e.g. 24G to plan as on a Tesla M40");
+  cmd->add_flag("--allow-paths", so.allow_paths,
+                "Let a request's 'model' name a GGUF file on this machine (generate, chat, show, tokenize ...) and "
+                "/api/pull copy a local file; without it requests name store models only (the MODEL argument may be a file "
+                "either way)");
+  cmd->add_flag("--allow-private-pulls", so.allow_private_pulls,
+                "Let /api/pull connect to loopback, private and link-local addresses (127.0.0.0/8, 10.0.0.0/8, "
+                "192.168.0.0/16, 169.254.0.0/16, fc00::/7 ...); without it every connection of a pull, redirects "
+                "included, must go to a public address");
+  cmd->add_option("--max-pull-size", opts->max_pull_size,
+                  "The largest model file /api/pull downloads, e.g. 40G (default: no cap but the free space of the "
+                  "store's disk, which always applies)")
+      ->type_name("SIZE");
   cmd->add_flag("--verbose", so.log_requests, "Log each request on stderr");
   cmd->callback([opts, host, port] {
     opts->host_given = host->count() > 0;

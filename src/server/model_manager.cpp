@@ -32,6 +32,13 @@ std::string api_name(const std::string& ref) {
   return ref;
 }
 
+// Whether a request's model reads as a file path (refused without
+// --allow-paths, by the text alone: the file system is not asked).
+bool looks_like_path(const std::string& ref) {
+  return ref.starts_with('/') || ref.starts_with('.') || ref.starts_with('~') ||
+         ref.find('\\') != std::string::npos || store::is_gguf_file_name(ref);
+}
+
 // "x" and "x:latest" name the same model.
 bool same_name(const std::string& a, const std::string& b) {
   auto full = [](const std::string& n) { return n.find(':') == std::string::npos ? n + ":latest" : n; };
@@ -97,7 +104,17 @@ ModelTarget ModelManager::resolve(const std::string& ref) const {
     if (resident_ && same_name(ref, resident_->name)) return {resident_->name, resident_->path};
   }
   try {
-    return {api_name(ref), canonical(store::resolve_model(ref))};
+    if (options_.allow_paths) return {api_name(ref), canonical(store::resolve_model(ref))};
+    // The store only: what the file system holds elsewhere changes nothing
+    // of the answer (a client must not learn whether /etc/shadow exists).
+    try {
+      const std::string path = store::resolve_stored_model(ref);
+      return {store::parse_model_name(ref).str(), canonical(path)};
+    } catch (const Error&) {
+      if (!looks_like_path(ref)) throw;
+    }
+    throw Error("'" + ref + "' reads as a file path: this server loads the models of its store (GET /api/tags), "
+                "not files a request names (start it with --allow-paths to allow that)");
   } catch (const Error& e) {
     throw HttpError{404, e.what(), "invalid_request_error", "model_not_found"};
   }

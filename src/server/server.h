@@ -42,6 +42,20 @@ struct ServerOptions {
   int http_threads = 0;      // handler threads; 0: enough for every slot and queued request, plus a few
   bool log_requests = false; // one line per request on stderr
   KeepAlive keep_alive;      // how long an idle model stays loaded (a request's keep_alive overrides)
+  // What a request may make the server read or fetch (docs/server.md,
+  // "Pulls and file paths"):
+  // a request's `model` may be a GGUF file path (generate, chat, show,
+  // tokenize ...) and /api/pull may copy a local file. Off: requests name
+  // store models only, and the answer for a path is the same whether or
+  // not the file exists. The default model given to load_model() is
+  // allowed either way.
+  bool allow_paths = false;
+  // /api/pull may connect to loopback, private, link-local and other
+  // non-public addresses (store::is_public_address), redirects included.
+  bool allow_private_pulls = false;
+  // The largest model file /api/pull downloads, in bytes; 0: no cap but the
+  // free space of the store's disk (which always applies).
+  uint64_t max_pull_size = 0;
   // Wraps the backend load_model() builds (tests use it for a slow or gated
   // backend); empty: the backend as built.
   std::function<std::unique_ptr<backend::Backend>(std::unique_ptr<backend::Backend>)> wrap_backend;

@@ -1,9 +1,12 @@
 #include "store/http_download.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <nlohmann/json.hpp>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,7 +17,9 @@
 #include <fstream>
 #include <thread>
 
+#include "store/gguf_extent.h"
 #include "store/sha256.h"
+#include "store/store.h"
 
 namespace m40::store {
 
@@ -27,6 +32,8 @@ void ensure_curl_initialized() {
   };
   static Global global;
 }
+
+std::string host_of(const std::string& url);
 
 class Easy {
  public:
@@ -49,8 +56,7 @@ class Easy {
     curl_easy_setopt(handle_, CURLOPT_URL, url.c_str());
     curl_easy_setopt(handle_, CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(handle_, CURLOPT_MAXREDIRS, 10L);
-    curl_easy_setopt(handle_, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(handle_, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    limit_protocols();
     curl_easy_setopt(handle_, CURLOPT_USERAGENT, kUserAgent);
     curl_easy_setopt(handle_, CURLOPT_CONNECTTIMEOUT, 30L);
     // A transfer that moves nothing for a minute is dead: resume it.
@@ -75,11 +81,111 @@ class Easy {
     return status;
   }
 
+  // Every connection of this request (redirects included) goes to an
+  // address `check` allows, or is not made. Proxies are off: a proxy would
+  // connect to the target on our behalf, where no check sees the address.
+  void check_addresses(const AddressCheck& check) {
+    if (!check) return;
+    check_ = &check;
+    curl_easy_setopt(handle_, CURLOPT_OPENSOCKETFUNCTION, open_checked_socket);
+    curl_easy_setopt(handle_, CURLOPT_OPENSOCKETDATA, this);
+    curl_easy_setopt(handle_, CURLOPT_PROXY, "");
+  }
+
+  // After a transfer: AddressRefusedError when a connection was refused.
+  void throw_if_refused() const {
+    if (refused_.empty()) return;
+    char* url = nullptr;
+    curl_easy_getinfo(handle_, CURLINFO_EFFECTIVE_URL, &url);
+    throw AddressRefusedError("refusing to connect to " + host_of(url != nullptr ? url : "") + " at " + refused_ +
+                              ": not a public internet address (loopback, private, link-local or reserved)");
+  }
+
  private:
+  // Only http and https, for the URL and for every redirect: a Location
+  // of file://, ftp://, gopher://, dict://... is not followed.
+  void limit_protocols() {
+    bool limited = curl_easy_setopt(handle_, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
+                   curl_easy_setopt(handle_, CURLOPT_REDIR_PROTOCOLS_STR, "http,https") == CURLE_OK;
+    if (!limited) {
+      // A libcurl older than 7.85 (run against newer headers) knows only the bitmasks.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+      const long http = CURLPROTO_HTTP | CURLPROTO_HTTPS;
+      limited = curl_easy_setopt(handle_, CURLOPT_PROTOCOLS, http) == CURLE_OK &&
+                curl_easy_setopt(handle_, CURLOPT_REDIR_PROTOCOLS, http) == CURLE_OK;
+#pragma GCC diagnostic pop
+    }
+    if (!limited) throw Error("this libcurl cannot be limited to HTTP and HTTPS");
+  }
+
+  static curl_socket_t open_checked_socket(void* user, curlsocktype purpose, curl_sockaddr* address) {
+    auto& easy = *static_cast<Easy*>(user);
+    bool allowed = false;
+    try {
+      allowed = purpose == CURLSOCKTYPE_IPCXN && (*easy.check_)(address->addr);
+    } catch (...) {
+      allowed = false;
+    }
+    if (!allowed) {
+      if (easy.refused_.empty()) easy.refused_ = address_text(address->addr);
+      if (easy.refused_.empty()) easy.refused_ = "an address of family " + std::to_string(address->family);
+      return CURL_SOCKET_BAD;
+    }
+    return ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+  }
+
   CURL* handle_ = nullptr;
   curl_slist* headers_ = nullptr;
   char error_[CURL_ERROR_SIZE] = {};
+  const AddressCheck* check_ = nullptr;
+  std::string refused_;  // the first address refused
 };
+
+// The interruption of a small request (http_get_text), polled by libcurl
+// about once a second.
+int poll_interrupted(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto& interrupted = *static_cast<const std::function<bool()>*>(user);
+  return interrupted() ? 1 : 0;
+}
+
+bool public_ipv4(const uint8_t* a) {
+  const uint32_t v = (uint32_t{a[0]} << 24) | (uint32_t{a[1]} << 16) | (uint32_t{a[2]} << 8) | a[3];
+  const auto in = [v](uint32_t network, int bits) { return (v >> (32 - bits)) == (network >> (32 - bits)); };
+  return !(in(0x00000000, 8) ||   // "this network"
+           in(0x0A000000, 8) ||   // private
+           in(0x64400000, 10) ||  // carrier-grade NAT
+           in(0x7F000000, 8) ||   // loopback
+           in(0xA9FE0000, 16) ||  // link-local (cloud metadata services)
+           in(0xAC100000, 12) ||  // private
+           in(0xC0000000, 24) ||  // IETF protocol assignments
+           in(0xC0A80000, 16) ||  // private
+           in(0xC6120000, 15) ||  // benchmarking
+           in(0xE0000000, 4) ||   // multicast
+           in(0xF0000000, 4));    // reserved, broadcast
+}
+
+bool public_ipv6(const uint8_t* b) {
+  const auto zeros = [b](int from, int to) {
+    for (int i = from; i < to; ++i) {
+      if (b[i] != 0) return false;
+    }
+    return true;
+  };
+  if (zeros(0, 10) && b[10] == 0xff && b[11] == 0xff) return public_ipv4(b + 12);  // ::ffff:a.b.c.d
+  if (zeros(0, 12)) return !zeros(12, 15) && public_ipv4(b + 12);  // ::, ::1, ::a.b.c.d (IPv4-compatible)
+  if (b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b) {
+    if (zeros(4, 12)) return public_ipv4(b + 12);  // 64:ff9b::a.b.c.d, NAT64
+    return false;                                  // 64:ff9b:1::/48, local NAT64
+  }
+  if (b[0] == 0x20 && b[1] == 0x02) return public_ipv4(b + 2);           // 2002:AABB:CCDD::/48, 6to4
+  if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0) return false;  // Teredo: the IPv4 inside is hidden
+  if ((b[0] & 0xfe) == 0xfc) return false;                  // fc00::/7, unique local
+  if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) return false;  // fe80::/10, link-local
+  if (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) return false;  // fec0::/10, site-local
+  if (b[0] == 0xff) return false;                           // multicast
+  return true;
+}
 
 bool is_connect_error(CURLcode code) {
   return code == CURLE_COULDNT_RESOLVE_HOST || code == CURLE_COULDNT_RESOLVE_PROXY || code == CURLE_COULDNT_CONNECT;
@@ -163,6 +269,11 @@ struct Transfer {
   // Which file the bytes in the partial file are: written beside it when a
   // response starts the file from zero, checked before any resume.
   PartialRecord record;
+  // The GGUF header's word on the file's size, once it has arrived; the
+  // header is read again when the file reaches next_probe bytes.
+  std::optional<GgufExtent> extent;
+  uint64_t next_probe = 0;
+  std::string refusal;  // why the download stops (DownloadRefusedError)
 
   // Per attempt.
   bool started = false;
@@ -174,6 +285,8 @@ struct Transfer {
   std::optional<uint64_t> range_total;
   std::string etag;           // of this attempt's (final) response
   std::string last_modified;
+  long header_status = 0;     // of the response whose header is being read
+  std::optional<uint64_t> content_length;
 
   void begin_attempt() {
     started = false;
@@ -185,6 +298,8 @@ struct Transfer {
     range_total.reset();
     etag.clear();
     last_modified.clear();
+    header_status = 0;
+    content_length.reset();
   }
 
   bool restart_from_zero() {
@@ -194,6 +309,71 @@ struct Transfer {
     }
     hash->reset();
     offset = 0;
+    extent.reset();
+    next_probe = 0;
+    return true;
+  }
+
+  // The declared length of the file (this response's), when the response
+  // gave one.
+  std::optional<uint64_t> declared() const { return length_known ? total : std::nullopt; }
+
+  // Whether what is known of the file's size is acceptable; sets `refusal`
+  // when it is not.
+  bool size_acceptable() {
+    const auto& cap = request->max_size;
+    const auto length = declared();
+    if (cap && length && *length > cap->bytes) {
+      refusal = "it is " + human_size(*length) + " (as the server declares), more than " + cap->what;
+    } else if (extent && cap && extent->min_size > cap->bytes) {
+      refusal = "its GGUF header declares tensors that make the file " + human_size(extent->min_size) +
+                ", more than " + cap->what;
+    } else if (extent && length && (*length < extent->min_size || *length > extent->max_size)) {
+      refusal = "its GGUF header makes the file " + std::to_string(extent->min_size) +
+                (extent->max_size != extent->min_size ? " to " + std::to_string(extent->max_size) : std::string()) +
+                " bytes long, but the server declares " + std::to_string(*length);
+    } else if (extent && offset > extent->max_size) {
+      refusal = "it runs past the " + std::to_string(extent->max_size) + " bytes its GGUF header gives";
+    } else if (cap && offset > cap->bytes) {
+      refusal = "it grew past " + cap->what;
+    }
+    return refusal.empty();
+  }
+
+  // Reads the GGUF header from the partial file when enough of it has
+  // arrived; false (and `refusal`) when the file cannot be what it should.
+  bool probe_header() {
+    if (!request->gguf || extent || offset < next_probe || offset == 0) return true;
+    const int file = fd;
+    const GgufProbe probe = probe_gguf(
+        [file](uint64_t at, void* out, size_t size) {
+          const ssize_t n = ::pread(file, out, size, static_cast<off_t>(at));
+          return n > 0 ? static_cast<size_t>(n) : size_t{0};
+        },
+        offset);
+    switch (probe.status) {
+      case GgufProbe::Status::Invalid:
+        refusal = "it is not a valid GGUF file (" + probe.problem + ")";
+        return false;
+      case GgufProbe::Status::NeedMore: {
+        // Read again once the file has doubled (or reached what the header
+        // needs), so that the header is read O(its size) bytes in all.
+        next_probe = std::max(probe.need, offset > UINT64_MAX / 2 ? UINT64_MAX : offset * 2);
+        const auto& cap = request->max_size;
+        if (cap && probe.need > cap->bytes) {
+          refusal = "its GGUF header alone runs past " + cap->what;
+          return false;
+        }
+        if (const auto length = declared(); length && probe.need > *length) {
+          refusal = "its GGUF header runs past the " + std::to_string(*length) + " bytes the server declares";
+          return false;
+        }
+        return true;
+      }
+      case GgufProbe::Status::Done:
+        extent = probe.extent;
+        return size_acceptable();
+    }
     return true;
   }
 };
@@ -207,6 +387,24 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     t.range_total.reset();
     t.etag.clear();
     t.last_modified.clear();
+    t.content_length.reset();
+    t.header_status = 0;
+    std::sscanf(line.c_str(), "%*s %ld", &t.header_status);
+    return bytes;
+  }
+  if (trim(line).empty()) {
+    // The end of a response's header. The file's own answer (not a
+    // redirect's) that declares more than the cap is refused before any of
+    // its body arrives: a server may hold a connection open a long time
+    // before sending the first byte.
+    const auto& cap = t.request->max_size;
+    std::optional<uint64_t> length;
+    if (t.header_status == 206 && t.range_total) length = t.range_total;
+    if (t.header_status == 200) length = t.content_length;
+    if (cap && length && *length > cap->bytes) {
+      t.refusal = "it is " + human_size(*length) + " (as the server declares), more than " + cap->what;
+      return 0;
+    }
     return bytes;
   }
   const size_t colon = line.find(':');
@@ -221,6 +419,9 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     t.etag = value;
   } else if (key == "last-modified") {
     t.last_modified = value;
+  } else if (key == "content-length") {
+    unsigned long long length = 0;
+    if (std::sscanf(value.c_str(), "%llu", &length) == 1) t.content_length = length;
   } else if (key == "content-range") {
     // "bytes START-END/TOTAL"
     unsigned long long start = 0, end = 0, total = 0;
@@ -282,6 +483,7 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
       t.length_known = length >= 0;
     }
     if (!t.total) t.total = t.request->expected_size;
+    if (!t.size_acceptable()) return 0;
     if (t.offset == 0) {
       // This response starts the file: record what it is, for a resume.
       t.record = {t.request->url, t.etag, t.last_modified, t.total};
@@ -290,6 +492,15 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
         return 0;
       }
     }
+  }
+  // Nothing past the end the GGUF header gives, or past the cap, is written.
+  if (t.extent && t.offset + bytes > t.extent->max_size) {
+    t.refusal = "it runs past the " + std::to_string(t.extent->max_size) + " bytes its GGUF header gives";
+    return 0;
+  }
+  if (const auto& cap = t.request->max_size; cap && t.offset + bytes > cap->bytes) {
+    t.refusal = "it grew past " + cap->what;
+    return 0;
   }
   size_t written = 0;
   while (written < bytes) {
@@ -307,6 +518,7 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   }
   t.hash->update(data, bytes);
   t.offset += bytes;
+  if (!t.probe_header()) return 0;
   if (t.request->on_progress) t.request->on_progress(t.offset, t.total);
   return bytes;
 }
@@ -321,6 +533,28 @@ int on_transfer_info(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t)
 }
 
 }  // namespace
+
+bool is_public_address(const sockaddr& address) {
+  if (address.sa_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(address);
+    return public_ipv4(reinterpret_cast<const uint8_t*>(&in.sin_addr.s_addr));
+  }
+  if (address.sa_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
+    return public_ipv6(in6.sin6_addr.s6_addr);
+  }
+  return false;
+}
+
+std::string address_text(const sockaddr& address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.sa_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(address).sin_addr, text, sizeof text);
+  } else if (address.sa_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(address).sin6_addr, text, sizeof text);
+  }
+  return text;
+}
 
 std::filesystem::path partial_record_path(const std::filesystem::path& partial) {
   return partial.string() + ".json";
@@ -356,9 +590,15 @@ bool write_partial_record(const std::filesystem::path& path, const PartialRecord
 }
 
 std::string http_get_text(const std::string& url, const std::map<std::string, std::string>& headers,
-                          std::string* link_header) {
+                          std::string* link_header, const RequestPolicy& policy) {
   Easy easy;
   easy.setup(url, headers);
+  easy.check_addresses(policy.address_allowed);
+  if (policy.interrupted) {
+    curl_easy_setopt(easy.get(), CURLOPT_XFERINFOFUNCTION, poll_interrupted);
+    curl_easy_setopt(easy.get(), CURLOPT_XFERINFODATA, &policy.interrupted);
+    curl_easy_setopt(easy.get(), CURLOPT_NOPROGRESS, 0L);
+  }
   std::string body;
   curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, append_to_string);
   curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &body);
@@ -368,6 +608,8 @@ std::string http_get_text(const std::string& url, const std::map<std::string, st
     curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, &link);
   }
   const CURLcode code = curl_easy_perform(easy.get());
+  if (policy.interrupted && policy.interrupted()) throw InterruptedError("interrupted");
+  easy.throw_if_refused();
   if (code != CURLE_OK) throw network_error(url, code, easy.message(code));
   if (easy.status() >= 400) throw status_error(url, easy.status());
   if (link_header != nullptr) *link_header = link;
@@ -426,6 +668,7 @@ DownloadResult download_file(const DownloadRequest& request) {
     t.easy = &easy;
     t.begin_attempt();
     easy.setup(request.url, request.headers);
+    easy.check_addresses(request.address_allowed);
     curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, on_body);
@@ -449,6 +692,8 @@ DownloadResult download_file(const DownloadRequest& request) {
       throw InterruptedError("interrupted; " + size_text(t.offset) + " kept in " + request.partial.string() +
                              ", pull again to resume");
     }
+    easy.throw_if_refused();
+    if (!t.refusal.empty()) throw DownloadRefusedError("refusing the download of " + request.url + ": " + t.refusal);
     if (t.write_errno != 0) {
       throw DiskError("cannot write " + request.partial.string() + ": " + std::strerror(t.write_errno), t.write_errno);
     }

@@ -11,6 +11,8 @@
 
 #include "common/error.h"
 
+struct sockaddr;
+
 namespace m40::store {
 
 // An HTTP error status (404, 401, ...) from the server.
@@ -70,12 +72,62 @@ class InterruptedError : public Error {
   using Error::Error;
 };
 
+// A connection the request's AddressCheck refused (a server's pull of a
+// loopback or private address). Nothing was sent to that address.
+class AddressRefusedError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A download stopped for what it is, not for how it went: larger than its
+// size cap, no GGUF file, or longer or shorter than its own GGUF header
+// says. What arrived is worth nothing: the caller deletes it.
+class DownloadRefusedError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Whether a connection to `address` (AF_INET or AF_INET6) may be made.
+// libcurl asks with the address it resolved, just before it connects to it,
+// for every connection of a request, redirects included: a name that
+// resolves to another address between a check and the connection (DNS
+// rebinding) is checked at the address actually used.
+using AddressCheck = std::function<bool(const sockaddr& address)>;
+
+// False for addresses that reach this machine or its networks rather than
+// the internet: IPv4 0/8, 10/8, 100.64/10, 127/8, 169.254/16, 172.16/12,
+// 192.0.0/24, 192.168/16, 198.18/15, 224/4 and 240/4; IPv6 ::, ::1,
+// fc00::/7, fe80::/10, fec0::/10, ff00::/8, Teredo 2001::/32, and the IPv4
+// forms inside ::ffff:0:0/96, ::/96, 64:ff9b::/96 and 2002::/16 judged as
+// IPv4. Any other family is refused.
+bool is_public_address(const sockaddr& address);
+
+// "203.0.113.5", "2001:db8::1"; "" for another family.
+std::string address_text(const sockaddr& address);
+
+// What every request of one pull shares.
+struct RequestPolicy {
+  AddressCheck address_allowed;       // empty: any address
+  std::function<bool()> interrupted;  // polled about once a second: true stops it with InterruptedError
+};
+
+// A size a download may not exceed, and what it is, for the message:
+// "the 12.3 GB free on the store's disk".
+struct SizeCap {
+  uint64_t bytes = 0;
+  std::string what;
+};
+
 // GET a URL into memory (redirects followed); throws HttpStatusError for
 // status >= 400 and NetworkError when the server cannot be reached. When
 // `link_header` is given it receives the final response's Link header ("" if
 // none), which paginated APIs use to point at the next page.
+// With a policy, every connection is checked (AddressRefusedError) and an
+// interruption stops it (InterruptedError). Proxies from the environment are
+// not used while addresses are checked: a proxy would connect on our behalf
+// to an address this process never sees.
 std::string http_get_text(const std::string& url, const std::map<std::string, std::string>& headers = {},
-                          std::string* link_header = nullptr);
+                          std::string* link_header = nullptr, const RequestPolicy& policy = {});
 
 struct DownloadRequest {
   std::string url;
@@ -95,6 +147,18 @@ struct DownloadRequest {
   // Polled while the transfer runs (at least once a second, even when no
   // bytes arrive); true stops it with InterruptedError, the partial file kept.
   std::function<bool()> interrupted;
+  // Checked for every connection, redirects included (AddressRefusedError);
+  // empty: any address.
+  AddressCheck address_allowed;
+  // The most bytes the file may have: a response that declares more
+  // (Content-Length, Content-Range), a stream that grows past it, or a GGUF
+  // header whose tensors need more stops with DownloadRefusedError.
+  std::optional<SizeCap> max_size;
+  // The file must be GGUF: its header is read as soon as it has arrived
+  // (probe_gguf), and a download that is no GGUF file, whose declared length
+  // is not the one its header gives, or that runs past the end its header
+  // gives, stops with DownloadRefusedError.
+  bool gguf = false;
 };
 
 struct DownloadResult {

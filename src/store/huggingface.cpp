@@ -132,7 +132,7 @@ std::optional<std::string> next_page_url(const std::string& link_header, const s
   return std::nullopt;
 }
 
-std::vector<HfFile> hf_list_files(const std::string& org, const std::string& repo) {
+std::vector<HfFile> hf_list_files(const std::string& org, const std::string& repo, const RequestPolicy& policy) {
   // A guard against a server whose pages point in a circle.
   constexpr int kMaxPages = 10000;
   std::string url = hf_endpoint() + "/api/models/" + org + "/" + repo + "/tree/main?recursive=true";
@@ -141,7 +141,7 @@ std::vector<HfFile> hf_list_files(const std::string& org, const std::string& rep
   try {
     for (int page = 0; page < kMaxPages && seen.insert(url).second; ++page) {
       std::string link;
-      auto page_files = parse_hf_tree(http_get_text(url, hf_headers(), &link));
+      auto page_files = parse_hf_tree(http_get_text(url, hf_headers(), &link, policy));
       files.insert(files.end(), std::make_move_iterator(page_files.begin()), std::make_move_iterator(page_files.end()));
       const auto next = next_page_url(link, url);
       if (!next) return files;

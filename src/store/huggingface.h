@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "store/http_download.h"
+
 namespace m40::store {
 
 inline constexpr const char* kDefaultQuant = "Q4_K_M";
@@ -30,8 +32,8 @@ std::vector<HfFile> parse_hf_tree(const std::string& json);
 std::optional<std::string> next_page_url(const std::string& link_header, const std::string& request_url);
 // Fetches and parses it, following the listing's pages (Hugging Face sends
 // a Link: <...>; rel="next" header while there are more files); a missing
-// repository is a one-line m40::Error.
-std::vector<HfFile> hf_list_files(const std::string& org, const std::string& repo);
+// repository is a one-line m40::Error. Every page is fetched under `policy`.
+std::vector<HfFile> hf_list_files(const std::string& org, const std::string& repo, const RequestPolicy& policy = {});
 std::string hf_file_url(const std::string& org, const std::string& repo, const std::string& path);
 
 // The GGUF file for a quantization (case-insensitive): the file whose name

@@ -18,11 +18,11 @@ namespace {
 // pull command after which the same command works. parse_pull_ref says what
 // `m40-llm pull REF` would fetch and under which name it would store it, so
 // this and `pull` cannot disagree.
-std::string missing_model_message(const std::string& ref) {
+std::string missing_model_message(const std::string& ref, bool local_files = true) {
   const std::string not_found = "model '" + ref + "' not found: ";
   std::optional<PullRef> pull;
   try {
-    pull = parse_pull_ref(ref);
+    pull = parse_pull_ref(ref, local_files);
   } catch (const Error&) {
     // Not something `pull` takes as it is.
   }
@@ -75,6 +75,14 @@ std::string resolve_model(const std::string& ref) {
   }
   if (is_directory) throw Error("'" + ref + "' is a directory, not a GGUF model file");
   throw Error(missing_model_message(ref));
+}
+
+std::string resolve_stored_model(const std::string& ref) {
+  if (auto name = try_parse_model_name(ref)) {
+    const Store store = Store::from_environment();
+    if (auto m = store.find(*name)) return m->gguf_path.string();
+  }
+  throw Error(missing_model_message(ref, false));
 }
 
 }  // namespace m40::store

@@ -15,4 +15,10 @@ namespace m40::store {
 // (a URL, ORG/REPO/FILE.gguf, library/NAME), that name.
 std::string resolve_model(const std::string& ref);
 
+// A store name only (a server's requests): `ref` is never read as a file
+// path and nothing outside the store is looked at, so that neither the
+// answer nor the error tells whether a file of that name exists. Throws
+// m40::Error as resolve_model does when the store has no such model.
+std::string resolve_stored_model(const std::string& ref);
+
 }  // namespace m40::store

@@ -101,12 +101,12 @@ OllamaManifest parse_ollama_manifest(const std::string& json, const std::string&
   return manifest;
 }
 
-OllamaManifest fetch_ollama_manifest(const OllamaName& name) {
+OllamaManifest fetch_ollama_manifest(const OllamaName& name, const RequestPolicy& policy) {
   const std::string registry = ollama_registry();
   const std::string url = registry + "/v2/" + name.repository() + "/manifests/" + name.tag;
   std::string json;
   try {
-    json = http_get_text(url, {{"Accept", kOllamaManifestMediaType}});
+    json = http_get_text(url, {{"Accept", kOllamaManifestMediaType}}, nullptr, policy);
   } catch (const HttpStatusError& e) {
     if (e.status() == 404) {
       std::string message = "model '" + name_label(name) + "' not found in the Ollama library at " + registry + " (HTTP 404)";
@@ -132,11 +132,11 @@ std::string ollama_blob_url(const OllamaName& name, const std::string& sha256) {
   return ollama_registry() + "/v2/" + name.repository() + "/blobs/sha256:" + sha256;
 }
 
-OllamaExtras fetch_ollama_extras(const OllamaName& name, const OllamaManifest& manifest) {
+OllamaExtras fetch_ollama_extras(const OllamaName& name, const OllamaManifest& manifest, const RequestPolicy& policy) {
   OllamaExtras extras;
   for (const auto& layer : manifest.texts) {
     const std::string url = ollama_blob_url(name, layer.sha256);
-    const std::string text = http_get_text(url);
+    const std::string text = http_get_text(url, {}, nullptr, policy);
     Sha256 hash;
     hash.update(text.data(), text.size());
     if (const std::string sha = hash.hex_digest(); sha != layer.sha256) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "store/http_download.h"
 #include "store/model_name.h"
 #include "store/store.h"
 
@@ -61,15 +62,17 @@ struct OllamaManifest {
 // m40-llm cannot apply) or with a digest that is not sha256.
 OllamaManifest parse_ollama_manifest(const std::string& json, const std::string& label);
 
-// Fetches and reads the manifest; an unknown name or tag (HTTP 404) is a
-// one-line m40::Error saying so.
-OllamaManifest fetch_ollama_manifest(const OllamaName& name);
+// Fetches and reads the manifest (under `policy`); an unknown name or tag
+// (HTTP 404) is a one-line m40::Error saying so.
+OllamaManifest fetch_ollama_manifest(const OllamaName& name, const RequestPolicy& policy = {});
 
 // {registry}/v2/NAMESPACE/MODEL/blobs/sha256:<hex>; the registry answers it
 // with a redirect to its CDN.
 std::string ollama_blob_url(const OllamaName& name, const std::string& sha256);
 
-// Fetches the manifest's text layers, each checked against its digest.
-OllamaExtras fetch_ollama_extras(const OllamaName& name, const OllamaManifest& manifest);
+// Fetches the manifest's text layers (under `policy`), each checked against
+// its digest.
+OllamaExtras fetch_ollama_extras(const OllamaName& name, const OllamaManifest& manifest,
+                                 const RequestPolicy& policy = {});
 
 }  // namespace m40::store

@@ -156,6 +156,9 @@ std::string short_sha(const std::string& sha) { return sha.substr(0, 12); }
 const char* kPullForms =
     "give a URL, hf.co/ORG/REPO[:QUANT], ORG/REPO/FILE.gguf, an Ollama library name (NAME[:TAG], NAMESPACE/NAME[:TAG]) "
     "or a GGUF file";
+const char* kRemotePullForms =
+    "give an http(s) URL, hf.co/ORG/REPO[:QUANT], ORG/REPO/FILE.gguf or an Ollama library name (NAME[:TAG], "
+    "NAMESPACE/NAME[:TAG]); local files are not pulled here";
 
 // "template, params" for the log: which Ollama text layers were kept.
 std::string kept_layers(const OllamaExtras& x) {
@@ -170,10 +173,25 @@ std::string kept_layers(const OllamaExtras& x) {
   return list;
 }
 
+// The most bytes the model file may have: what the store's disk has free
+// (plus what a partial download of it holds already), and the caller's cap.
+std::optional<SizeCap> size_cap(const fs::path& dir, const fs::path& partial, const std::optional<SizeCap>& max_size) {
+  std::optional<SizeCap> cap;
+  std::error_code ec;
+  const fs::space_info space = fs::space(dir, ec);
+  if (!ec && space.available != static_cast<std::uintmax_t>(-1)) {
+    std::error_code size_ec;
+    const uint64_t held = fs::file_size(partial, size_ec);
+    cap = SizeCap{space.available + (size_ec ? 0 : held), "the " + human_size(space.available) + " free on the store's disk"};
+  }
+  if (max_size && (!cap || max_size->bytes < cap->bytes)) cap = max_size;
+  return cap;
+}
+
 }  // namespace
 
-PullRef parse_pull_ref(const std::string& ref) {
-  if (ref.empty()) throw Error(std::string("nothing to pull: ") + kPullForms);
+PullRef parse_pull_ref(const std::string& ref, bool local_files) {
+  if (ref.empty()) throw Error(std::string("nothing to pull: ") + (local_files ? kPullForms : kRemotePullForms));
   if (ref.starts_with("http://") || ref.starts_with("https://")) {
     PullRef r;
     r.kind = SourceKind::Url;
@@ -185,8 +203,8 @@ PullRef parse_pull_ref(const std::string& ref) {
   std::error_code ec;
   // A folder named like a model ("qwen3" in the current directory) does not
   // hide the Ollama name, as a folder does not hide a stored model for `run`.
-  const bool is_directory = fs::is_directory(ref, ec);
-  if (!is_directory && fs::exists(ref, ec)) {
+  const bool is_directory = local_files && fs::is_directory(ref, ec);
+  if (local_files && !is_directory && fs::exists(ref, ec)) {
     if (!fs::is_regular_file(ref, ec)) throw Error(ref + " is not a file");
     PullRef r;
     r.kind = SourceKind::LocalFile;
@@ -210,13 +228,17 @@ PullRef parse_pull_ref(const std::string& ref) {
       return r;
     }
   }
+  // The same answer for every path, whatever the file system holds.
+  if (!local_files) throw Error("cannot pull '" + ref + "': " + kRemotePullForms);
   if (is_directory) throw Error(ref + " is a directory, not a GGUF file");
   if (is_gguf_file_name(ref) || looks_like_path) throw Error("no such file: " + ref);
   throw Error("cannot tell where to pull '" + ref + "' from: " + kPullForms);
 }
 
 PullResult pull_model(const Store& store, const PullOptions& options) {
-  const PullRef ref = parse_pull_ref(options.ref);
+  const PullRef ref = parse_pull_ref(options.ref, options.local_files);
+  // Every request of the pull: where it may connect, and when it stops.
+  const RequestPolicy policy{options.address_allowed, options.interrupted};
   const ModelName name = options.name ? parse_model_name(*options.name) : ref.default_name;
   std::FILE* log = options.log;
 
@@ -228,7 +250,7 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   std::map<std::string, std::string> headers;
   if (ref.kind == SourceKind::HuggingFaceRepo || ref.kind == SourceKind::HuggingFaceFile) {
     const std::string label = "hf.co/" + ref.org + "/" + ref.repo;
-    const auto files = hf_list_files(ref.org, ref.repo);
+    const auto files = hf_list_files(ref.org, ref.repo, policy);
     HfFile chosen;
     if (ref.kind == SourceKind::HuggingFaceRepo) {
       chosen = select_gguf(files, ref.quant, label);
@@ -246,7 +268,7 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   std::optional<OllamaManifest> ollama_manifest;
   if (ref.kind == SourceKind::OllamaLibrary) {
     // The model layer is a plain download of a blob named by its sha256.
-    ollama_manifest = fetch_ollama_manifest(ref.ollama);
+    ollama_manifest = fetch_ollama_manifest(ref.ollama, policy);
     url = ollama_blob_url(ref.ollama, ollama_manifest->model.sha256);
     source = url;
     expected_sha = ollama_manifest->model.sha256;
@@ -264,7 +286,7 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
     for (const auto& media_type : ollama_manifest->ignored) {
       std::fprintf(log, "not pulling the layer %s (m40-llm does not use it)\n", media_type.c_str());
     }
-    ollama_extras = fetch_ollama_extras(ref.ollama, *ollama_manifest);
+    ollama_extras = fetch_ollama_extras(ref.ollama, *ollama_manifest, policy);
   }
 
   std::error_code ec;
@@ -279,6 +301,19 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
     throw Error("cannot create a folder in " + refused.string() + ": " + ec.message() + disk_hint(ec.value()));
   }
   const fs::path partial = store.partial_path(name);
+  const std::optional<SizeCap> cap = size_cap(store.model_dir(name), partial, options.max_size);
+  // A size known before the first byte (the source's listing, a local file)
+  // is judged before anything is written.
+  std::optional<uint64_t> known_size = expected_size;
+  if (ref.kind == SourceKind::LocalFile) {
+    std::error_code size_ec;
+    if (const uint64_t n = fs::file_size(ref.location, size_ec); !size_ec) known_size = n;
+  }
+  if (cap && known_size && *known_size > cap->bytes) {
+    remove_empty_dirs(store, name);
+    throw DownloadRefusedError("refusing to pull " + source + ": it is " + human_size(*known_size) + ", more than " +
+                               cap->what + "; nothing was stored");
+  }
 
   std::fprintf(log, "pulling %s from %s\n", name.str().c_str(), source.c_str());
   Progress progress(name.str(), options.terminal, log);
@@ -308,6 +343,9 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
       request.on_progress = report;
       request.on_notice = [&](const std::string& text) { progress.notice(text); };
       request.interrupted = options.interrupted;
+      request.address_allowed = options.address_allowed;
+      request.max_size = cap;
+      request.gguf = true;
       const DownloadResult result = download_file(request);
       if (result.resumed_from > 0) {
         std::fprintf(log, "resumed a partial download at %llu bytes\n", static_cast<unsigned long long>(result.resumed_from));
@@ -327,6 +365,12 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
     remove_partial(partial);
     remove_empty_dirs(store, name);
     throw Error(std::string(e.what()) + "; nothing was stored" + disk_hint(e.error_number()));
+  } catch (const DownloadRefusedError& e) {
+    progress.abandon();
+    // Bytes of a file that cannot be stored are worth nothing.
+    remove_partial(partial);
+    remove_empty_dirs(store, name);
+    throw DownloadRefusedError(std::string(e.what()) + "; nothing was stored");
   } catch (const InterruptedError&) {
     progress.abandon();
     // A copy starts over anyway; a download's bytes are kept for a resume.

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "store/http_download.h"
 #include "store/model_name.h"
 #include "store/ollama_registry.h"
 #include "store/store.h"
@@ -32,7 +33,10 @@ struct PullRef {
 };
 
 // Reads a pull reference; throws m40::Error saying which forms exist.
-PullRef parse_pull_ref(const std::string& ref);
+// With `local_files` false, `ref` is never read as a path: nothing on the
+// file system is looked at, so neither the answer nor the error depends on
+// whether a file of that name exists (a server's requests).
+PullRef parse_pull_ref(const std::string& ref, bool local_files = true);
 
 struct PullOptions {
   std::string ref;
@@ -45,6 +49,17 @@ struct PullOptions {
   // Polled during the transfer: true stops the pull with InterruptedError
   // (a download's partial file is kept for the next pull to resume).
   std::function<bool()> interrupted;
+  // A local file may be pulled (copied); false: see parse_pull_ref.
+  bool local_files = true;
+  // Checked for every connection of the pull (listings, manifests, the
+  // download, redirects included): AddressRefusedError. Empty: any address.
+  AddressCheck address_allowed;
+  // The most bytes the model file may have, besides the free space of the
+  // store's disk, which always caps it (plus what a partial download of
+  // the model holds already). A larger one stops with DownloadRefusedError
+  // as soon as its size is known: from the source's listing, the
+  // response's length, or the GGUF header in its first bytes.
+  std::optional<SizeCap> max_size;
 };
 
 struct PullResult {

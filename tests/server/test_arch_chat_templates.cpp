@@ -194,7 +194,7 @@ class ArchChatTemplate : public ::testing::TestWithParam<Family> {
       // it, one after the other, in a store of its own.
       ::setenv("M40_LLM_HOME", (dir_ / "home").c_str(), 1);
       server_ = std::make_unique<m40::test::ServeProcess>(
-          std::vector<std::string>{"--cpu", "--threads", "2", "--parallel", "1", "--ctx", "2048"});
+          std::vector<std::string>{"--cpu", "--threads", "2", "--parallel", "1", "--ctx", "2048", "--allow-paths"});
       ::unsetenv("M40_LLM_HOME");
     }
     return *server_;

@@ -81,6 +81,10 @@ class ModelLoadingTest : public ::testing::Test {
     o.threads = 2;
     o.n_ctx = 256;
     o.parallel = parallel;
+    // Requests name the shared models by their paths, and pulls reach the
+    // fake hub on 127.0.0.1.
+    o.allow_paths = true;
+    o.allow_private_pulls = true;
     o.keep_alive = keep_alive;
     o.wrap_backend = [d = delay_ms_, refused = refused_ctx_](std::unique_ptr<backend::Backend> b) -> std::unique_ptr<backend::Backend> {
       if (b->n_ctx() == refused->load()) throw Error("out of memory for this context (the test says so)");

@@ -64,7 +64,7 @@ TEST(ServeCommand, ABadHostVariableIsAnError) {
 TEST(ServeCommand, WithoutAModelItServesTheStoreOnDemand) {
   const auto model = test::shared_model("TinyStories-656K-Q8_0.gguf");
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "shared models not found";
-  test::ServeProcess serve({"--cpu", "--threads", "1", "--ctx", "128", "--keep-alive", "0"});
+  test::ServeProcess serve({"--cpu", "--threads", "1", "--ctx", "128", "--keep-alive", "0", "--allow-paths"});
   ASSERT_TRUE(serve.running()) << serve.stderr_text();
   EXPECT_NE(serve.stderr_text().find("models load on demand"), std::string::npos);
   httplib::Client client("127.0.0.1", serve.port());
@@ -130,4 +130,46 @@ TEST(ServeCommand, AllowedOriginsComeFromTheOptionOrTheEnvironment) {
     EXPECT_EQ(status_for(serve.port(), "http://localhost:8080"), 200);
   }
   ::unsetenv("M40_LLM_ORIGINS");
+}
+
+// --allow-paths, --allow-private-pulls and --max-pull-size reach the
+// server: without them a request's file path is refused and a pull from
+// 127.0.0.1 too; with them the path loads and the pull is held to the cap.
+TEST(ServeCommand, PathsAndPrivatePullsAreRefusedUnlessItsOptionsAllowThem) {
+  const auto model = test::shared_model("TinyStories-656K-Q8_0.gguf");
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "shared models not found";
+  const auto help = test::run_binary({"serve", "--help"});
+  for (const char* option : {"--allow-paths", "--allow-private-pulls", "--max-pull-size"}) {
+    EXPECT_NE(help.out.find(option), std::string::npos) << option << " is not in serve --help:\n" << help.out;
+  }
+  const auto statuses = [&](int port) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(30);
+    auto generate = client.Post("/api/generate",
+                                nlohmann::json({{"model", model.string()}, {"prompt", "Hi"}, {"stream", false},
+                                                {"options", {{"num_predict", 2}}}}).dump(),
+                                "application/json");
+    // A pull from this machine: port 1 answers nothing, so only the
+    // refusal (403) or the cap (400) can come before a connection error.
+    auto pull = client.Post("/api/pull", nlohmann::json({{"model", "http://127.0.0.1:1/model.gguf"}, {"stream", false}}).dump(),
+                            "application/json");
+    return std::make_pair(generate ? generate->status : 0, pull ? pull->status : 0);
+  };
+  {
+    test::ServeProcess serve({"--cpu", "--threads", "1", "--ctx", "128"});
+    ASSERT_TRUE(serve.running()) << serve.stderr_text();
+    const auto [generate, pull] = statuses(serve.port());
+    EXPECT_EQ(generate, 404);
+    EXPECT_EQ(pull, 403);
+  }
+  {
+    test::ServeProcess serve({"--cpu", "--threads", "1", "--ctx", "128", "--allow-paths", "--allow-private-pulls",
+                              "--max-pull-size", "1G"});
+    ASSERT_TRUE(serve.running()) << serve.stderr_text();
+    const auto [generate, pull] = statuses(serve.port());
+    EXPECT_EQ(generate, 200);
+    EXPECT_EQ(pull, 500);  // connection refused: the pull was made
+  }
+  const auto bad = test::run_binary({"serve", "--max-pull-size", "lots", "--port", "0"});
+  EXPECT_NE(bad.exit_code, 0);
 }

@@ -44,6 +44,7 @@ class ServerTest : public ::testing::Test {
     o.port = 0;
     o.force_cpu = true;
     o.threads = 2;
+    o.allow_paths = true;  // requests name the shared model by its path
     if (o.n_ctx == 0) o.n_ctx = 256;
     o.wrap_backend = [p = pacing_](std::unique_ptr<backend::Backend> b) -> std::unique_ptr<backend::Backend> {
       return std::make_unique<PacedBackend>(std::move(b), p);
@@ -564,6 +565,7 @@ TEST_F(ServerTest, HealthIs503WhileAModelLoads) {
   o.force_cpu = true;
   o.threads = 2;
   o.n_ctx = 128;
+  o.allow_paths = true;
   o.wrap_backend = [gate_open](std::unique_ptr<backend::Backend> b) {
     for (int i = 0; i < 3000 && !gate_open->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     return b;

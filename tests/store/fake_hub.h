@@ -6,14 +6,17 @@
 //   GET /ORG/REPO/resolve/main/FILE      the file, with Range support
 //   GET /files/NAME                      a plain URL, with X-Linked-Etag
 //   GET /redirect/NAME                   302 to /files/NAME
+//   GET /go/NAME                         302 to any Location (add_redirect)
 //   GET /v2/NS/MODEL/manifests/TAG       an Ollama registry manifest (add_ollama_model)
 //   GET /v2/NS/MODEL/blobs/sha256:HEX    307 to /files/blobs/HEX, as the registry
 //                                        redirects to its CDN
 // Every file has an ETag (from its bytes, so a replaced file has a new one)
 // and honours If-Range: a Range whose If-Range is not the current ETag is
 // answered 200 with the whole file, as real servers do.
-// It can drop the first connection halfway, serve corrupted bytes, and
-// records every request with its Range and If-Range headers.
+// It can drop the first connection halfway, serve corrupted bytes, declare
+// a length its bytes do not have, send them chunked (no length), stall after
+// some of them, and records every request with its Range and If-Range
+// headers.
 #pragma once
 
 #include <httplib.h>
@@ -24,6 +27,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +61,13 @@ class FakeHub {
     bool stall_at_start = false;  // headers only, then wait for release_stalls()
     std::string linked_etag;  // X-Linked-Etag on /files/
     std::string etag;         // "\"<first 16 hex of sha256>\""; empty: no ETag header
+    // The whole file, without Range support: Content-Length this instead of
+    // the real size (the bytes end where they end, then the connection closes).
+    std::optional<uint64_t> declared_length;
+    bool chunked = false;  // no Content-Length: chunked transfer encoding, whole file
+    // With declared_length or chunked: send this many bytes, then wait for
+    // release_stalls() and close.
+    std::optional<size_t> stall_after;
   };
 
   FakeHub() {
@@ -101,6 +112,17 @@ class FakeHub {
     server_.Get(R"(/redirect/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
       record(req);
       res.set_redirect("/files/" + req.matches[1].str(), 302);
+    });
+    server_.Get(R"(/go/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      record(req);
+      std::lock_guard lock(mutex_);
+      const auto it = redirects_.find(req.matches[1].str());
+      if (it == redirects_.end()) {
+        res.status = 404;
+        return;
+      }
+      res.status = 302;
+      res.set_header("Location", it->second);
     });
     server_.Get(R"(/v2/(.+)/manifests/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       record(req);
@@ -154,6 +176,13 @@ class FakeHub {
   }
   Served& add_file(const std::string& key, const std::filesystem::path& path) { return add(key, read_text_file(path)); }
 
+  // GET /go/NAME answers 302 with this Location, as it is (any scheme, any host).
+  void add_redirect(const std::string& name, const std::string& location) {
+    std::lock_guard lock(mutex_);
+    redirects_[name] = location;
+  }
+  std::string redirect_url(const std::string& name) const { return endpoint() + "/go/" + name; }
+
   // Serves the Ollama manifest of REPOSITORY:TAG ("library/qwen3", "8b")
   // listing `layers`, each blob named by its sha256 and served at
   // /files/blobs/<sha256> (where blob(sha256) finds it to make it stall,
@@ -196,7 +225,10 @@ class FakeHub {
   void release_stalls() {
     {
       std::lock_guard lock(mutex_);
-      for (auto& [key, f] : files_) f.stall_at_half = f.stall_at_start = false;
+      for (auto& [key, f] : files_) {
+        f.stall_at_half = f.stall_at_start = false;
+        f.stall_after.reset();
+      }
     }
     stall_released_.notify_all();
   }
@@ -243,6 +275,37 @@ class FakeHub {
     }
     std::string bytes = f.bytes;
     if (f.corrupt) bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
+    if (f.declared_length || f.chunked) {
+      auto data = std::make_shared<std::string>(std::move(bytes));
+      const size_t stall = f.stall_after.value_or(data->size());
+      // Sends what it has from `offset`, up to the stall; then waits for
+      // release_stalls() (or the end) and closes the connection.
+      auto provide = [this, data, stall, key](size_t offset, httplib::DataSink& sink) {
+        const size_t end = std::min(stall, data->size());
+        if (offset < end) {
+          sink.write(data->data() + offset, std::min<size_t>(end - offset, 16384));
+          return true;
+        }
+        if (stall < data->size()) {
+          std::unique_lock stall_lock(mutex_);
+          stall_released_.wait(stall_lock, [&] { return stopping_ || !files_[key].stall_after; });
+        }
+        return false;
+      };
+      if (f.chunked) {
+        // httplib counts the bytes written as the offset.
+        res.set_chunked_content_provider("application/octet-stream",
+                                         [provide, size = data->size()](size_t offset, httplib::DataSink& sink) {
+                                           if (offset < size) return provide(offset, sink);
+                                           sink.done();
+                                           return true;
+                                         });
+      } else {
+        res.set_content_provider(*f.declared_length, "application/octet-stream",
+                                 [provide](size_t offset, size_t, httplib::DataSink& sink) { return provide(offset, sink); });
+      }
+      return;
+    }
     if (f.drop_first) {
       f.drop_first = false;
       auto data = std::make_shared<std::string>(std::move(bytes));
@@ -282,6 +345,7 @@ class FakeHub {
   bool stopping_ = false;
   std::map<std::string, Served> files_;
   std::map<std::string, std::string> manifests_;  // "library/qwen3:8b" -> JSON
+  std::map<std::string, std::string> redirects_;  // /go/NAME -> Location
   size_t page_size_ = 0;
   std::vector<HubRequest> requests_;
 };

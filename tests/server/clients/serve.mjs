@@ -28,8 +28,9 @@ export function runAnswer(prompt, { maxTokens, raw = false, stop = [] }) {
 // Resolves to { url, port, stop() } once the server has printed "ready".
 export function startServer(extraArgs = []) {
   const home = mkdtempSync(path.join(tmpdir(), 'm40-clients-'));
+  // --allow-paths: the Ollama client test pulls the shared model by its path.
   const child = spawn(binary, ['serve', modelPath, '--port', '0', '--cpu', '--threads', '2', '--parallel', '2',
-                               '--ctx', '256', ...extraArgs],
+                               '--ctx', '256', '--allow-paths', ...extraArgs],
                       { env: { ...process.env, M40_LLM_HOME: home }, stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   return new Promise((resolve, reject) => {
