@@ -306,12 +306,25 @@ TEST(LayerKernelArguments, RopeRejectsAnOddOrOversizedRotation) {
 // ---------------------------------------------------------------------------
 // silu_mul, add_in_place
 
-void check_silu_mul(cudaStream_t stream, int64_t n, int misalign, bool in_place) {
-  SCOPED_TRACE(std::to_string(n) + " values" + (misalign != 0 ? ", unaligned" : "") + (in_place ? ", in place" : ""));
-  const auto gate = random_floats(static_cast<size_t>(n), -12.0f, 12.0f, 21);
+// The gated activations (out = act(gate) * up) against their CPU twins:
+// aligned or not (the float4 and scalar paths), in place or not.
+struct GatedKernel {
+  const char* name;
+  void (*cpu)(const float*, const float*, float*, int64_t);
+  void (*gpu)(const float*, const float*, float*, int64_t, cudaStream_t);
+  float gate_range;  // gate values drawn from [-range, range]
+  double rel, abs;   // tolerance
+};
+const GatedKernel kSilu{"silu_mul", cpu::silu_mul, silu_mul, 12.0f, 1e-6, 1e-30};
+const GatedKernel kGelu{"gelu_mul", cpu::gelu_mul, gelu_mul, 8.0f, 2e-6, 1e-6};
+
+void check_gated(const GatedKernel& k, cudaStream_t stream, int64_t n, int misalign, bool in_place) {
+  SCOPED_TRACE(std::string(k.name) + ", " + std::to_string(n) + " values" + (misalign != 0 ? ", unaligned" : "") +
+               (in_place ? ", in place" : ""));
+  const auto gate = random_floats(static_cast<size_t>(n), -k.gate_range, k.gate_range, 21);
   const auto up = random_floats(static_cast<size_t>(n), -2.0f, 2.0f, 22);
   std::vector<float> cpu(static_cast<size_t>(n));
-  cpu::silu_mul(gate.data(), up.data(), cpu.data(), n);
+  k.cpu(gate.data(), up.data(), cpu.data(), n);
   DeviceBuffer<float> d_gate(gate.size() + 1);
   DeviceBuffer<float> d_up(up.size() + 1);
   DeviceBuffer<float> d_out(gate.size() + 1);
@@ -319,11 +332,15 @@ void check_silu_mul(cudaStream_t stream, int64_t n, int misalign, bool in_place)
   M40_CUDA_CHECK(cudaMemcpy(d_gate.get() + misalign, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice));
   M40_CUDA_CHECK(cudaMemcpy(d_up.get() + misalign, up.data(), up.size() * 4, cudaMemcpyHostToDevice));
   float* out = in_place ? d_gate.get() + misalign : d_out.get() + misalign;
-  silu_mul(d_gate.get() + misalign, d_up.get() + misalign, out, n, stream);
+  k.gpu(d_gate.get() + misalign, d_up.get() + misalign, out, n, stream);
   M40_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<float> gpu(static_cast<size_t>(n));
   M40_CUDA_CHECK(cudaMemcpy(gpu.data(), out, gpu.size() * 4, cudaMemcpyDeviceToHost));
-  expect_close(gpu, cpu, 1e-6, 1e-30, "silu_mul");
+  expect_close(gpu, cpu, k.rel, k.abs, k.name);
+}
+
+void check_silu_mul(cudaStream_t stream, int64_t n, int misalign, bool in_place) {
+  check_gated(kSilu, stream, n, misalign, in_place);
 }
 
 TEST_F(LayerKernels, SiluMulMatchesTheCpu) {
@@ -359,23 +376,7 @@ TEST_F(LayerKernels, AddInPlaceIsExact) {
 }
 
 void check_gelu_mul(cudaStream_t stream, int64_t n, int misalign, bool in_place) {
-  SCOPED_TRACE(std::to_string(n) + " values" + (misalign != 0 ? ", unaligned" : "") + (in_place ? ", in place" : ""));
-  const auto gate = random_floats(static_cast<size_t>(n), -8.0f, 8.0f, 23);
-  const auto up = random_floats(static_cast<size_t>(n), -2.0f, 2.0f, 24);
-  std::vector<float> cpu(static_cast<size_t>(n));
-  cpu::gelu_mul(gate.data(), up.data(), cpu.data(), n);
-  DeviceBuffer<float> d_gate(gate.size() + 1);
-  DeviceBuffer<float> d_up(up.size() + 1);
-  DeviceBuffer<float> d_out(gate.size() + 1);
-  poison(d_out);
-  M40_CUDA_CHECK(cudaMemcpy(d_gate.get() + misalign, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice));
-  M40_CUDA_CHECK(cudaMemcpy(d_up.get() + misalign, up.data(), up.size() * 4, cudaMemcpyHostToDevice));
-  float* out = in_place ? d_gate.get() + misalign : d_out.get() + misalign;
-  gelu_mul(d_gate.get() + misalign, d_up.get() + misalign, out, n, stream);
-  M40_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> gpu(static_cast<size_t>(n));
-  M40_CUDA_CHECK(cudaMemcpy(gpu.data(), out, gpu.size() * 4, cudaMemcpyDeviceToHost));
-  expect_close(gpu, cpu, 2e-6, 1e-6, "gelu_mul");
+  check_gated(kGelu, stream, n, misalign, in_place);
 }
 
 TEST_F(LayerKernels, GeluMulMatchesTheCpu) {

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "in_process_server.h"
 #include "server/server.h"
 #include "store/fake_hub.h"
 #include "store/store_test_home.h"
@@ -108,24 +109,12 @@ class HostilePullTest : public ::testing::Test {
   // A server whose default model is the Q8 file (given as `serve MODEL`).
   void start(server::ServerOptions o = {}) {
     if (server_) server_->stop();
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.force_cpu = true;
-    o.threads = 2;
     o.n_ctx = 128;
-    server_ = std::make_unique<server::Server>(o);
-    server_->load_model(q8_model().string());
-    port_ = server_->start();
+    server_ = test::start_in_process_server(o, q8_model(), port_);
     ASSERT_GT(port_, 0);
   }
 
-  httplib::Client client(int read_timeout_s = 10) const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_connection_timeout(2);
-    c.set_read_timeout(read_timeout_s);
-    c.set_write_timeout(5);
-    return c;
-  }
+  httplib::Client client(int read_timeout_s = 10) const { return test::local_client(port_, read_timeout_s); }
   httplib::Result post(const std::string& path, const json& body) const {
     return client().Post(path, body.dump(), "application/json");
   }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "in_process_server.h"
 #include "paced_backend.h"
 #include "raw_http.h"
 #include "serve_process.h"
@@ -53,27 +54,15 @@ class HostileTrafficTest : public ::testing::Test {
   }
 
   void start(server::ServerOptions o = {}) {
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.force_cpu = true;
-    o.threads = 2;
     if (o.n_ctx == 0) o.n_ctx = 256;
     o.wrap_backend = [p = pacing_](std::unique_ptr<backend::Backend> b) -> std::unique_ptr<backend::Backend> {
       return std::make_unique<test::PacedBackend>(std::move(b), p);
     };
-    server_ = std::make_unique<server::Server>(o);
-    server_->load_model(model_path().string());
-    port_ = server_->start();
+    server_ = test::start_in_process_server(o, model_path(), port_);
     ASSERT_GT(port_, 0);
   }
 
-  httplib::Client client(int read_timeout_s = 10) const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_connection_timeout(2);
-    c.set_read_timeout(read_timeout_s);
-    c.set_write_timeout(5);
-    return c;
-  }
+  httplib::Client client(int read_timeout_s = 10) const { return test::local_client(port_, read_timeout_s); }
   httplib::Result post(const std::string& path, const json& body, const httplib::Headers& headers = {}) const {
     return client().Post(path, headers, body.dump(), "application/json");
   }

@@ -14,6 +14,7 @@
 #include "engine/backend_factory.h"
 #include "engine/generator.h"
 #include "engine/scheduler.h"
+#include "in_process_server.h"
 #include "paced_backend.h"
 #include "server/server.h"
 #include "store/store_test_home.h"
@@ -40,28 +41,16 @@ class ServerTest : public ::testing::Test {
   }
 
   void start(server::ServerOptions o = {}) {
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.force_cpu = true;
-    o.threads = 2;
     o.allow_paths = true;  // requests name the shared model by its path
     if (o.n_ctx == 0) o.n_ctx = 256;
     o.wrap_backend = [p = pacing_](std::unique_ptr<backend::Backend> b) -> std::unique_ptr<backend::Backend> {
       return std::make_unique<PacedBackend>(std::move(b), p);
     };
-    server_ = std::make_unique<server::Server>(o);
-    server_->load_model(model_path().string());
-    port_ = server_->start();
+    server_ = test::start_in_process_server(o, model_path(), port_);
     ASSERT_GT(port_, 0);
   }
 
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_connection_timeout(5);
-    c.set_read_timeout(60);
-    c.set_write_timeout(10);
-    return c;
-  }
+  httplib::Client client() const { return test::local_client(port_, 60, 5, 10); }
 
   httplib::Result post(const std::string& path, const json& body, const httplib::Headers& headers = {}) const {
     return client().Post(path, headers, body.dump(), "application/json");
