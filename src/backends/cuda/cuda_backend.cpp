@@ -425,7 +425,7 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
     if (!alone) break;
     max_single_positions = std::max(max_single_positions, batch.positions[begin + n_single] + 1);
   }
-  stage_timer_.begin(stream_, -1);
+  stage_timer_.begin(stream_);
   enqueue_layers(n, max_positions, n_single, max_single_positions);
   // The output head runs on the rows that want logits, gathered in groups
   // of at most max_logit_rows_.
@@ -448,7 +448,7 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
     logits_written += rows;
   }
   M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  stage_timer_.collect(-1);
+  stage_timer_.collect();
 }
 
 void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) {

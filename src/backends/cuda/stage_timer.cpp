@@ -26,43 +26,37 @@ StageTimer::~StageTimer() {
     std::fprintf(stderr, "| %s | %.3f | %.1f%% | %ld | %.2f |\n", name.c_str(), t.ms, all > 0 ? 100.0 * t.ms / all : 0.0,
                  t.calls, t.calls > 0 ? 1000.0 * t.ms / static_cast<double>(t.calls) : 0.0);
   }
-  for (auto& [key, marks] : runs_) {
-    for (auto& m : marks) cudaEventDestroy(m.event);
-  }
+  for (auto& m : marks_) cudaEventDestroy(m.event);
 }
 
-void StageTimer::begin(cudaStream_t stream, int key) {
+void StageTimer::begin(cudaStream_t stream) {
   if (!enabled_) return;
-  current_ = &runs_[key];
   next_ = 0;
   mark(stream, "");  // the start
 }
 
 void StageTimer::mark(cudaStream_t stream, const char* name) {
-  if (!enabled_ || current_ == nullptr) return;
-  if (next_ == current_->size()) {
+  if (!enabled_) return;
+  if (next_ == marks_.size()) {
     cudaEvent_t e = nullptr;
     M40_CUDA_CHECK(cudaEventCreate(&e));
-    current_->push_back({e, name});
+    marks_.push_back({e, name});
   }
-  Mark& m = (*current_)[next_++];
+  Mark& m = marks_[next_++];
   m.name = name;
   M40_CUDA_CHECK(cudaEventRecord(m.event, stream));
 }
 
-void StageTimer::collect(int key) {
+void StageTimer::collect() {
   if (!enabled_) return;
-  auto it = runs_.find(key);
-  if (it == runs_.end()) return;
-  const std::vector<Mark>& marks = it->second;
-  for (size_t i = 1; i < marks.size(); ++i) {
+  for (size_t i = 1; i < next_; ++i) {  // only this step's marks
     float ms = 0;
-    M40_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i - 1].event, marks[i].event));
-    Total& t = totals_[marks[i].name];
+    M40_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i - 1].event, marks_[i].event));
+    Total& t = totals_[marks_[i].name];
     t.ms += ms;
     ++t.calls;
   }
-  current_ = nullptr;
+  next_ = 0;
 }
 
 }  // namespace m40::cuda

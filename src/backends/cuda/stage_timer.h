@@ -24,14 +24,13 @@ class StageTimer {
 
   bool enabled() const { return enabled_; }
 
-  // Starts a run of marks under `key`: the marks that follow are recorded
-  // again in order.
-  void begin(cudaStream_t stream, int key);
+  // Starts a step: the marks that follow are recorded again in order.
+  void begin(cudaStream_t stream);
   // The stage that ends here is `name` (a string literal).
   void mark(cudaStream_t stream, const char* name);
-  // After the stream has finished a run of `key`: adds the time between
+  // After the stream has finished the step: adds the time between
   // consecutive marks to each stage's total.
-  void collect(int key);
+  void collect();
 
  private:
   struct Mark {
@@ -43,9 +42,8 @@ class StageTimer {
     long calls = 0;
   };
   bool enabled_ = false;
-  std::map<int, std::vector<Mark>> runs_;  // key -> marks, the first one the start
-  std::vector<Mark>* current_ = nullptr;
-  size_t next_ = 0;
+  std::vector<Mark> marks_;  // the first one the step's start
+  size_t next_ = 0;          // marks recorded in this step
   std::map<std::string, Total> totals_;
 };
 
