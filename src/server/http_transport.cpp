@@ -143,6 +143,16 @@ struct HttpTransport::Impl {
   std::unordered_map<std::string, int> per_client;
   int open = 0;
 
+  // Bytes of request bodies held now (RequestLimits::max_bodies_bytes).
+  std::atomic<size_t> bodies_bytes{0};
+  bool reserve_body(size_t bytes) {
+    size_t held = bodies_bytes.load();
+    do {
+      if (held + bytes > options.limits.max_bodies_bytes) return false;
+    } while (!bodies_bytes.compare_exchange_weak(held, held + bytes));
+    return true;
+  }
+
   // Requests handed to workers whose answers have not ended.
   std::mutex answering_mutex;
   std::condition_variable answering_cv;
@@ -201,6 +211,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private Resp
   }
 
   ~Connection() override {
+    release_body();
     std::lock_guard lock(t_.mutex);
     t_.live.erase(this);
     if (admitted_) {
@@ -253,6 +264,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private Resp
   // ---- reading a request (I/O thread) --------------------------------------
 
   void read_header() {
+    release_body();
     if (t_.stopping.load()) return close();
     const auto& limits = t_.options.limits;
     parser_.emplace();
@@ -292,6 +304,13 @@ class Connection : public std::enable_shared_from_this<Connection>, private Resp
     if (auto refusal = check_request_head(head_, t_.options.limits)) return refuse(*refusal, &head_);
     if (auto answer = t_.service.screen(head_)) return answer_at_once(std::move(*answer));
     if (parser_->is_done()) return dispatch();
+    // The body's share of the memory all bodies may hold, before it is read.
+    const size_t body_bytes = parser_->chunked() ? t_.options.limits.max_body_bytes
+                                                 : static_cast<size_t>(parser_->content_length().value_or(0));
+    if (!t_.reserve_body(body_bytes)) {
+      return refuse({503, "the server is receiving too many request bodies at once; retry shortly", "server_busy"}, &head_);
+    }
+    body_reserved_ = body_bytes;
     if (iequals(head_.header("Expect"), "100-continue")) {
       out_ = "HTTP/1.1 100 Continue\r\n\r\n";
       arm(t_.options.limits.write_timeout);
@@ -440,6 +459,12 @@ class Connection : public std::enable_shared_from_this<Connection>, private Resp
 
   bool keep_alive_of_head() const { return parser_ && parser_->is_header_done() && parser_->get().keep_alive(); }
 
+  // The previous request's body no longer counts (its answer has ended).
+  void release_body() {
+    if (body_reserved_ > 0) t_.bodies_bytes.fetch_sub(body_reserved_);
+    body_reserved_ = 0;
+  }
+
   // ---- closing ---------------------------------------------------------------
 
   void linger_close() {
@@ -482,6 +507,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private Resp
   HttpRequest head_;
   bool keep_alive_ = false;
   bool answering_ = false;  // a worker has the socket
+  size_t body_reserved_ = 0;  // this request's share of Impl::bodies_bytes
   bool closed_ = false;
   bool chunked_ = true;
   bool writes_ok_ = true;

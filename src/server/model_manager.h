@@ -29,7 +29,7 @@
 #include "engine/scheduler.h"
 #include "model/loaded_model.h"
 #include "server/keep_alive.h"
-#include "server/server.h"
+#include "server/server_options.h"
 #include "tokenizer/vocab.h"
 
 namespace m40::server {

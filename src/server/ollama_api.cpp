@@ -5,7 +5,10 @@
 
 #include "model/model_summary.h"
 #include "server/model_catalog.h"
-#include "server/server_state.h"
+#include "server/api_answers.h"
+#include "server/generation.h"
+#include "server/request_fields.h"
+#include "server/routes.h"
 
 #ifndef M40_VERSION
 #define M40_VERSION "0.1.0"
@@ -119,7 +122,7 @@ json ollama_messages(const json& body) {
   return messages;
 }
 
-void handle_generation(Server::State& s, const HttpRequest& req, HttpResponse& res, bool chat) {
+void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& res, bool chat) {
   const auto received = Clock::now();
   const json body = parse_body(req);
   const std::string model_ref = model_field(body);
@@ -240,7 +243,7 @@ json model_entry(const AvailableModel& m) {
 
 }  // namespace
 
-void register_ollama_routes(Server::State& s) {
+void register_ollama_routes(ServerContext& s) {
   auto& http = s.router;
   http.get("/", [](const HttpRequest&, HttpResponse& res) { res.set_content("m40-llm is running", "text/plain"); }, true);
   http.get("/api/version", route(s, ApiFlavor::Ollama, [](const HttpRequest&, HttpResponse& res) {

@@ -4,7 +4,10 @@
 #include <string>
 
 #include "server/model_catalog.h"
-#include "server/server_state.h"
+#include "server/api_answers.h"
+#include "server/generation.h"
+#include "server/request_fields.h"
+#include "server/routes.h"
 
 namespace m40::server {
 
@@ -145,7 +148,7 @@ std::vector<int32_t> completion_prompt(ResidentModel& m, const json& body, bool 
   throw HttpError{400, "'prompt' must be a string, a list of one string, or a list of token ids"};
 }
 
-void handle_completion(Server::State& s, const HttpRequest& req, HttpResponse& res, bool chat) {
+void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& res, bool chat) {
   const json body = parse_body(req);
   const std::string model_ref = model_field(body);
   engine::RequestParams params = openai_params(body);
@@ -223,7 +226,7 @@ void handle_completion(Server::State& s, const HttpRequest& req, HttpResponse& r
 
 }  // namespace
 
-void register_openai_routes(Server::State& s) {
+void register_openai_routes(ServerContext& s) {
   s.router.post("/v1/completions", route(s, ApiFlavor::OpenAI, [&s](const HttpRequest& req, HttpResponse& res) {
                 handle_completion(s, req, res, false);
               }));

@@ -25,14 +25,20 @@ size_t max_token_bytes(const tokenizer::Vocab& vocab) {
   return longest;
 }
 
+size_t least_tokens_past_context(size_t max_token_bytes, int n_ctx, size_t bytes) {
+  const size_t too_long = static_cast<size_t>(std::max(n_ctx, 1)) * max_token_bytes;
+  if (max_token_bytes == 0 || bytes < too_long) return 0;
+  return bytes / max_token_bytes;
+}
+
 std::vector<int32_t> prompt_tokens(const tokenizer::Vocab& vocab, size_t max_token_bytes, int n_ctx,
                                    std::string_view text, bool add_special, bool truncate) {
   const tokenizer::EncodeOptions options{.add_special = add_special, .parse_special = true};
-  const size_t too_long = static_cast<size_t>(std::max(n_ctx, 1)) * max_token_bytes;
-  if (max_token_bytes == 0 || text.size() < too_long) return vocab.encode(text, options);
+  const size_t least_tokens = least_tokens_past_context(max_token_bytes, n_ctx, text.size());
+  if (least_tokens == 0) return vocab.encode(text, options);
   if (!truncate) {
     throw HttpError{400, "the prompt has " + std::to_string(text.size()) + " bytes, at least " +
-                             std::to_string(text.size() / max_token_bytes) + " tokens, but the context holds " +
+                             std::to_string(least_tokens) + " tokens, but the context holds " +
                              std::to_string(n_ctx) +
                              ": shorten the prompt, send \"truncate\": true to keep its end, or start the server "
                              "with a larger --ctx"};

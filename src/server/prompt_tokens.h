@@ -24,6 +24,10 @@ namespace m40::server {
 // drops whitespace, so its text may yield no token at all).
 size_t max_token_bytes(const tokenizer::Vocab& vocab);
 
+// 0 when `bytes` of text may fit a context of `n_ctx` tokens; else the
+// fewest tokens they can have (at least n_ctx).
+size_t least_tokens_past_context(size_t max_token_bytes, int n_ctx, size_t bytes);
+
 // The tokens of `text` for a context of `n_ctx` positions (special tokens
 // parsed; BOS/EOS as the vocabulary asks when `add_special`). Throws
 // HttpError 400 when the text cannot fit, unless `truncate`: then the

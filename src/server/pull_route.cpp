@@ -18,7 +18,9 @@
 #include <mutex>
 
 #include "common/error.h"
-#include "server/server_state.h"
+#include "server/api_answers.h"
+#include "server/request_fields.h"
+#include "server/routes.h"
 #include "store/http_download.h"
 #include "store/pull.h"
 #include "store/store.h"
@@ -30,7 +32,8 @@ namespace {
 std::string ndjson_line(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; }
 
 // Pull failures the client caused (a reference that names nothing, a source
-// that answers 404, an address or a file the server does not fetch) are
+// that answers 404, an address or a file the server does not fetch, a
+// redirect to another scheme, a pull of a name already being pulled) are
 // 4xx; the rest are the server's.
 HttpError pull_error(const std::exception& e) {
   if (dynamic_cast<const store::HttpStatusError*>(&e) != nullptr) return {404, e.what(), "invalid_request_error"};
@@ -39,6 +42,7 @@ HttpError pull_error(const std::exception& e) {
             "invalid_request_error"};
   }
   if (dynamic_cast<const store::DownloadRefusedError*>(&e) != nullptr) return {400, e.what(), "invalid_request_error"};
+  if (dynamic_cast<const store::BusyError*>(&e) != nullptr) return {409, e.what(), "invalid_request_error", "pull_running"};
   return {500, e.what(), "server_error"};
 }
 
@@ -70,7 +74,7 @@ class LeaveWatch {
 
 }  // namespace
 
-void register_pull_route(Server::State& s) {
+void register_pull_route(ServerContext& s) {
   s.router.post("/api/pull", route(s, ApiFlavor::Ollama, [&s](const HttpRequest& req, HttpResponse& res) {
     const json body = parse_body(req);
     std::string ref = model_field(body);

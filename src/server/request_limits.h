@@ -19,6 +19,12 @@ struct RequestLimits {
   size_t max_header_fields = 100;       // 431 past it
   size_t max_line_bytes = 8u << 10;     // the request target (414) or one header field (431)
   size_t max_body_bytes = 8u << 20;     // 413, also for chunked bodies; compressed bodies are refused (415)
+  // Request bodies held at once, all connections together: a body counts
+  // from its header (its Content-Length, or max_body_bytes when chunked)
+  // until its answer ends. One that would pass it is answered 503 before
+  // its body is read, so many large bodies cannot grow the server without
+  // bound (1024 connections x 8 MiB).
+  size_t max_bodies_bytes = 64u << 20;
   // The header must be complete this long after the connection opened or
   // the previous answer ended (408, and an idle keep-alive connection closes).
   std::chrono::milliseconds header_timeout{10'000};

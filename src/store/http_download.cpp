@@ -215,9 +215,15 @@ std::string host_of(const std::string& url) {
   return url.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
-NetworkError network_error(const std::string& url, CURLcode code, const std::string& message) {
-  if (is_connect_error(code)) return NetworkError("cannot reach " + host_of(url) + ": " + message + " (is the network up?)");
-  return NetworkError("request to " + host_of(url) + " failed: " + message);
+// A transfer that failed: the network's fault, or (a redirect to file://,
+// ftp://...) the source's, which no retry changes.
+[[noreturn]] void throw_transfer_error(const std::string& url, CURLcode code, const std::string& message) {
+  if (code == CURLE_UNSUPPORTED_PROTOCOL) {
+    throw DownloadRefusedError(host_of(url) + " redirected to a URL whose scheme is not supported: " + message +
+                               " (only http and https are pulled)");
+  }
+  if (is_connect_error(code)) throw NetworkError("cannot reach " + host_of(url) + ": " + message + " (is the network up?)");
+  throw NetworkError("request to " + host_of(url) + " failed: " + message);
 }
 
 HttpStatusError status_error(const std::string& url, long status) {
@@ -610,7 +616,7 @@ std::string http_get_text(const std::string& url, const std::map<std::string, st
   const CURLcode code = curl_easy_perform(easy.get());
   if (policy.interrupted && policy.interrupted()) throw InterruptedError("interrupted");
   easy.throw_if_refused();
-  if (code != CURLE_OK) throw network_error(url, code, easy.message(code));
+  if (code != CURLE_OK) throw_transfer_error(url, code, easy.message(code));
   if (easy.status() >= 400) throw status_error(url, easy.status());
   if (link_header != nullptr) *link_header = link;
   return body;
@@ -718,7 +724,7 @@ DownloadResult download_file(const DownloadRequest& request) {
       if (!want || t.offset >= *want) break;
       // The server ended the response early without an error: resume.
     } else if (!is_transient(code) || (is_connect_error(code) && !received_any)) {
-      throw network_error(request.url, code, easy.message(code));
+      throw_transfer_error(request.url, code, easy.message(code));
     }
     const std::string why = code == CURLE_OK ? std::string("the connection closed early") : easy.message(code);
     if (attempt >= request.max_attempts) {

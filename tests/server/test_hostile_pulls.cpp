@@ -41,8 +41,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path q8_model() { return test::shared_model("TinyStories-656K-Q8_0.gguf"); }
-fs::path q2_model() { return test::shared_model("TinyStories-656K-Q2_K.gguf"); }
+fs::path q8_model() { return test::tiny_q8_model(); }
+fs::path q2_model() { return test::tiny_q2_model(); }
 constexpr uint64_t kQ8Size = 749728;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -93,39 +93,26 @@ server::ServerOptions options(Edit edit) {
   return o;
 }
 
-class HostilePullTest : public ::testing::Test {
+class HostilePullTest : public test::InProcessServerTest {
  protected:
-  void SetUp() override {
-    std::signal(SIGPIPE, SIG_IGN);
-    if (!fs::exists(q8_model()) || !fs::exists(q2_model())) GTEST_SKIP() << "shared models not found";
-  }
+  std::vector<fs::path> required_models() const override { return {q8_model(), q2_model()}; }
   void TearDown() override {
     hub_.release_stalls();
-    if (server_) server_->stop();
+    InProcessServerTest::TearDown();
     ::unsetenv("M40_LLM_HF_ENDPOINT");
     ::unsetenv("M40_LLM_OLLAMA_REGISTRY");
   }
 
   // A server whose default model is the Q8 file (given as `serve MODEL`).
   void start(server::ServerOptions o = {}) {
-    if (server_) server_->stop();
     o.n_ctx = 128;
-    server_ = test::start_in_process_server(o, q8_model(), port_);
-    ASSERT_GT(port_, 0);
-  }
-
-  httplib::Client client(int read_timeout_s = 10) const { return test::local_client(port_, read_timeout_s); }
-  httplib::Result post(const std::string& path, const json& body) const {
-    return client().Post(path, body.dump(), "application/json");
+    start_server(o, q8_model());
   }
   int hub_port() const { return std::stoi(hub_.endpoint().substr(hub_.endpoint().rfind(':') + 1)); }
   fs::path partial(const std::string& name) const { return home_.path() / "models" / name / "latest" / "model.gguf.partial"; }
   bool stored(const std::string& name) const { return fs::exists(home_.path() / "models" / name / "latest" / "model.gguf"); }
 
-  test::TempStoreHome home_;
   test::FakeHub hub_;
-  std::unique_ptr<server::Server> server_;
-  int port_ = 0;
 };
 
 // ---- addresses ------------------------------------------------------------------
@@ -185,7 +172,7 @@ TEST_F(HostilePullTest, OnlyHttpAndHttpsArePulledRedirectsIncluded) {
   for (const char* name : {"file.gguf", "gopher.gguf"}) {
     auto r = post("/api/pull", {{"model", hub_.redirect_url(name)}, {"stream", false}});
     ASSERT_TRUE(r) << name;
-    EXPECT_NE(r->status, 200) << name << ": " << r->body;
+    EXPECT_EQ(r->status, 400) << name << ": " << r->body;
     EXPECT_NE(r->body.find("not supported"), std::string::npos) << r->body;
   }
   EXPECT_FALSE(fs::exists(home_.path() / "models") && !fs::is_empty(home_.path() / "models"));
@@ -239,6 +226,25 @@ TEST_F(HostilePullTest, APullStopsWhenItsClientLeaves) {
   const auto requests = hub_.requests_for("/files/tiny.gguf");
   ASSERT_FALSE(requests.empty());
   EXPECT_EQ(requests.back().range, "bytes=" + std::to_string(kQ8Size / 2) + "-");
+}
+
+// A second pull of a name whose pull runs is the client's conflict (409),
+// not a server failure; the running pull goes on undisturbed.
+TEST_F(HostilePullTest, APullOfANameBeingPulledIs409) {
+  hub_.add_file("files/tiny.gguf", q8_model()).stall_at_half = true;
+  start(options([](auto& o) { o.allow_private_pulls = true; }));
+  const std::string url = hub_.endpoint() + "/files/tiny.gguf";
+  auto first = std::async(std::launch::async, [&] { return client(15).Post("/api/pull", json({{"model", url}, {"stream", false}}).dump(), "application/json"); });
+  ASSERT_TRUE(wait_for_size(partial("tiny"), kQ8Size / 2));
+  auto second = post("/api/pull", {{"model", url}, {"stream", false}});
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->status, 409) << second->body;
+  EXPECT_NE(second->body.find("already"), std::string::npos) << second->body;
+  hub_.release_stalls();
+  auto done = first.get();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status, 200) << done->body;
+  EXPECT_TRUE(stored("tiny"));
 }
 
 // Stopping the server (SIGTERM) ends a pull that waits on a stalled source

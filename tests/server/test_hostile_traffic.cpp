@@ -43,28 +43,14 @@ std::filesystem::path model_path() { return test::shared_model("TinyStories-656K
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-class HostileTrafficTest : public ::testing::Test {
+class HostileTrafficTest : public test::InProcessServerTest {
  protected:
-  void SetUp() override {
-    std::signal(SIGPIPE, SIG_IGN);
-    if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "shared models not found";
-  }
-  void TearDown() override {
-    if (server_) server_->stop();
-  }
-
   void start(server::ServerOptions o = {}) {
     if (o.n_ctx == 0) o.n_ctx = 256;
     o.wrap_backend = [p = pacing_](std::unique_ptr<backend::Backend> b) -> std::unique_ptr<backend::Backend> {
       return std::make_unique<test::PacedBackend>(std::move(b), p);
     };
-    server_ = test::start_in_process_server(o, model_path(), port_);
-    ASSERT_GT(port_, 0);
-  }
-
-  httplib::Client client(int read_timeout_s = 10) const { return test::local_client(port_, read_timeout_s); }
-  httplib::Result post(const std::string& path, const json& body, const httplib::Headers& headers = {}) const {
-    return client().Post(path, headers, body.dump(), "application/json");
+    start_server(o, model_path());
   }
 
   // One request over a raw connection; what came back before the server
@@ -76,10 +62,7 @@ class HostileTrafficTest : public ::testing::Test {
     return c.read_until_closed(timeout);
   }
 
-  test::TempStoreHome home_;
   std::shared_ptr<test::Pacing> pacing_ = std::make_shared<test::Pacing>();
-  std::unique_ptr<server::Server> server_;
-  int port_ = 0;
 };
 
 // Connections that send a header byte now and then until the test ends.
@@ -366,6 +349,58 @@ TEST_F(HostileTrafficTest, APromptThatCannotFitIsRefusedBeforeItIsTokenized) {
   for (int i = 0; i < 8; ++i) all.push_back(std::async(std::launch::async, [&] { return exchange(request, 5s); }));
   for (auto& f : all) EXPECT_EQ(test::status_of(f.get()), 400);
   EXPECT_LT(seconds_since(t1), 3.0);
+}
+
+// /tokenize tokenized its whole content: 8 MiB took ~600 MB. A text whose
+// tokens could never be a prompt (context 256 here) is refused untouched.
+TEST_F(HostileTrafficTest, TokenizeRefusesATextThatCannotFitAPrompt) {
+  start();
+  const std::string body = json({{"content", prompt_of((8u << 20) - 4096)}}).dump();
+  test::PeakMemory memory;
+  auto r = client().Post("/tokenize", body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body.substr(0, 300);
+  EXPECT_NE(r->body.find("context"), std::string::npos) << r->body.substr(0, 300);
+  EXPECT_LT(memory.growth_mib(), 100);
+  // A text that fits is still tokenized.
+  auto small = client().Post("/tokenize", json({{"content", "once upon a time"}}).dump(), "application/json");
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->status, 200) << small->body;
+  EXPECT_FALSE(json::parse(small->body)["tokens"].empty());
+}
+
+// Each connection may send an 8 MiB body; 1024 connections could make the
+// server hold 8 GiB. Bodies held at once are capped all together (64 MiB):
+// past it a request is answered 503 before its body is read.
+TEST_F(HostileTrafficTest, RequestBodiesHeldAtOnceAreCappedAcrossConnections) {
+  start();
+  constexpr size_t kBody = 7u << 20;
+  const std::string head = "POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " + std::to_string(kBody) + "\r\n\r\n";
+  test::PeakMemory memory;
+  std::vector<std::unique_ptr<test::RawConnection>> senders;
+  for (int i = 0; i < 16; ++i) {
+    senders.push_back(std::make_unique<test::RawConnection>(port_));
+    ASSERT_TRUE(senders.back()->connected());
+    senders.back()->send(head + std::string(1024, ' '));  // the body starts and stalls
+  }
+  int refused = 0;
+  for (auto& c : senders) {
+    const std::string got = c->read_until_closed(300ms);
+    if (test::status_of(got) == 503) ++refused;
+  }
+  // 64 MiB hold nine 7 MiB bodies: the other seven wait for nothing.
+  EXPECT_EQ(refused, 7);
+  auto health = client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  // Once those connections close their shares return.
+  senders.clear();
+  std::this_thread::sleep_for(200ms);
+  test::RawConnection again(port_);
+  again.send(head + std::string(1024, ' '));
+  EXPECT_EQ(test::status_of(again.read_until_closed(300ms)), 0) << "a body within the budget is read, not refused";
+  EXPECT_LT(memory.growth_mib(), 100);
 }
 
 TEST_F(HostileTrafficTest, AHugePromptWithTruncateIsCutBeforeItIsTokenized) {

@@ -20,6 +20,7 @@
 #include "server/server.h"
 #include "store/fake_hub.h"
 #include "store/pull.h"
+#include "in_process_server.h"
 #include "store/store_test_home.h"
 #include "test_paths.h"
 
@@ -28,8 +29,8 @@ using json = nlohmann::json;
 
 namespace {
 
-std::filesystem::path q8_model() { return test::shared_model("TinyStories-656K-Q8_0.gguf"); }
-std::filesystem::path q2_model() { return test::shared_model("TinyStories-656K-Q2_K.gguf"); }
+std::filesystem::path q8_model() { return test::tiny_q8_model(); }
+std::filesystem::path q2_model() { return test::tiny_q2_model(); }
 
 // Every forward step sleeps this long, so requests stay in the engine while
 // the test acts.
@@ -51,17 +52,9 @@ class SlowBackend : public backend::Backend {
   std::shared_ptr<std::atomic<int>> delay_ms_;
 };
 
-class ModelLoadingTest : public ::testing::Test {
+class ModelLoadingTest : public test::InProcessServerTest {
  protected:
-  void SetUp() override {
-    std::signal(SIGPIPE, SIG_IGN);
-    if (!std::filesystem::exists(q8_model()) || !std::filesystem::exists(q2_model())) {
-      GTEST_SKIP() << "shared models not found";
-    }
-  }
-  void TearDown() override {
-    if (server_) server_->stop();
-  }
+  std::vector<std::filesystem::path> required_models() const override { return {q8_model(), q2_model()}; }
 
   // Copies a shared model into the store under `name`.
   void store_model(const std::filesystem::path& file, const std::string& name) {
@@ -75,10 +68,6 @@ class ModelLoadingTest : public ::testing::Test {
 
   void start(const std::string& default_model = "", int parallel = 2, server::KeepAlive keep_alive = {}) {
     server::ServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.force_cpu = true;
-    o.threads = 2;
     o.n_ctx = 256;
     o.parallel = parallel;
     // Requests name the shared models by their paths, and pulls reach the
@@ -90,18 +79,11 @@ class ModelLoadingTest : public ::testing::Test {
       if (b->n_ctx() == refused->load()) throw Error("out of memory for this context (the test says so)");
       return std::make_unique<SlowBackend>(std::move(b), d);
     };
-    server_ = std::make_unique<server::Server>(o);
-    if (!default_model.empty()) server_->load_model(default_model);
-    port_ = server_->start();
-    ASSERT_GT(port_, 0);
+    start_server(o, default_model);
   }
 
-  httplib::Client client(int read_timeout_s = 60) const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_connection_timeout(5);
-    c.set_read_timeout(read_timeout_s);
-    return c;
-  }
+  // Loading a model under load takes seconds on the CPU: a long read timeout.
+  httplib::Client client(int read_timeout_s = 60) const { return InProcessServerTest::client(read_timeout_s); }
   httplib::Result post(const std::string& path, const json& body) const {
     return client().Post(path, body.dump(), "application/json");
   }
@@ -137,11 +119,8 @@ class ModelLoadingTest : public ::testing::Test {
     return json::parse(r->body)["response"];
   }
 
-  test::TempStoreHome home_;
   std::shared_ptr<std::atomic<int>> delay_ms_ = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<int>> refused_ctx_ = std::make_shared<std::atomic<int>>(-1);  // a backend of this context fails
-  std::unique_ptr<server::Server> server_;
-  int port_ = 0;
 };
 
 }  // namespace

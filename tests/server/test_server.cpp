@@ -30,36 +30,24 @@ std::filesystem::path model_path() { return test::shared_model("TinyStories-656K
 using test::Pacing;
 using test::PacedBackend;
 
-class ServerTest : public ::testing::Test {
+class ServerTest : public test::InProcessServerTest {
  protected:
-  void SetUp() override {
-    std::signal(SIGPIPE, SIG_IGN);
-    if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "shared models not found";
-  }
-  void TearDown() override {
-    if (server_) server_->stop();
-  }
-
   void start(server::ServerOptions o = {}) {
     o.allow_paths = true;  // requests name the shared model by its path
     if (o.n_ctx == 0) o.n_ctx = 256;
     o.wrap_backend = [p = pacing_](std::unique_ptr<backend::Backend> b) -> std::unique_ptr<backend::Backend> {
       return std::make_unique<PacedBackend>(std::move(b), p);
     };
-    server_ = test::start_in_process_server(o, model_path(), port_);
-    ASSERT_GT(port_, 0);
+    start_server(o, model_path());
   }
 
-  httplib::Client client() const { return test::local_client(port_, 60, 5, 10); }
-
+  // Generation on the CPU takes seconds under load: a long read timeout.
+  httplib::Client client() const { return InProcessServerTest::client(60); }
   httplib::Result post(const std::string& path, const json& body, const httplib::Headers& headers = {}) const {
     return client().Post(path, headers, body.dump(), "application/json");
   }
 
-  test::TempStoreHome home_;  // an empty store: /api/tags lists the served file alone
   std::shared_ptr<Pacing> pacing_ = std::make_shared<Pacing>();
-  std::unique_ptr<server::Server> server_;
-  int port_ = 0;
 };
 
 // The `data:` payloads of a Server-Sent Events body, in order.

@@ -124,7 +124,7 @@ __device__ __forceinline__ float widen_half(uint32_t bits) {
   asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(static_cast<unsigned short>(bits & 0xFFFFu)));
   return value;
 #else
-  // A host build of this header (tests/gpu_decoders): the CPU twin.
+  // A host build of this header (tests/backends/cuda_on_host): the CPU twin.
   return quant::half_to_float(static_cast<uint16_t>(bits & 0xFFFFu));
 #endif
 }
@@ -1071,7 +1071,7 @@ struct DecodeQ2_KWide {
 
 // ---------------------------------------------------------------------------
 // The optional parts of the decoder interface, with their defaults (used by
-// the kernels and by tests/gpu_decoders).
+// the kernels and by tests/backends/cuda_on_host).
 
 // Decoders that keep a table in shared memory (fill_table before use).
 template <class Dec, class = void>

@@ -5,7 +5,7 @@
 // form (scale * q - offset, 1 and 2 tokens), bit for bit; the units' columns
 // cover the block once; no load leaves the block or is misaligned, at every
 // row alignment matmul.cu's fast_path_fits lets through. The GPU tests
-// (tests/cuda) compare whole products on a GPU; this one runs in every build.
+// (tests/backends/cuda) compare whole products on a GPU; this one runs in every build.
 #include "host_intrinsics.h"
 // (after the stand-ins it needs)
 #include "backends/cuda/matmul_decode.cuh"

@@ -1,0 +1,57 @@
+// Queueing a request and delivering its answer, whole or streamed: what
+// the OpenAI and Ollama generation routes share.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "server/http_message.h"
+#include "server/model_manager.h"
+#include "server/server_context.h"
+
+namespace m40::server {
+
+// Queues a request; RequestRejected becomes HttpError (400 / 503).
+// For a request with "truncate": true: a prompt that does not fit the
+// context keeps its BOS and its last tokens, leaving room for the answer
+// (the token limit, at most half the context). Shorter prompts are unchanged.
+void truncate_prompt(const ResidentModel& m, engine::RequestParams& params);
+std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params);
+
+struct Completion {
+  std::string text;
+  engine::FinishReason finish_reason = engine::FinishReason::EndOfGeneration;
+  engine::RequestTimings timings;
+};
+// Waits for the whole answer; HttpError 500 when the engine failed, 503
+// when the server stops. A client that closes its connection meanwhile
+// cancels the request.
+Completion collect(ServerContext& s, const HttpRequest& req, engine::RequestStream& stream);
+
+// Streams the answer as chunks: `on_start` first (may be empty), `on_text`
+// for each piece, then `on_end` for the Done event or `on_error` for a
+// failure or the server stopping (the stream's last chunk: it ends an SSE
+// stream with `data: [DONE]` itself). A client that goes away cancels the
+// request. The lease keeps the model loaded until the stream ends.
+struct StreamFormat {
+  std::function<std::string()> on_start;
+  std::function<std::string(const std::string& text)> on_text;
+  std::function<std::string(const engine::StreamEvent& done)> on_end;
+  std::function<std::string(const std::string& message)> on_error;
+};
+void stream_response(ServerContext& s, HttpResponse& res, const char* content_type,
+                     std::shared_ptr<engine::RequestStream> stream, std::shared_ptr<ModelLease> lease,
+                     StreamFormat format);
+
+// Renders chat messages (already checked: objects with string role and
+// content) through the model's template and tokenizes the result
+// (prompt_tokens.h: refused or cut before tokenizing when it cannot fit).
+std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages, bool truncate);
+
+// Tokens of a plain prompt (BOS as the vocabulary asks, special tokens parsed).
+std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text, bool truncate);
+
+}  // namespace m40::server

@@ -1,0 +1,40 @@
+// Request fields read with type checks: a wrong type is an HttpError 400
+// naming the field, never a silent default.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/http_error.h"
+#include "server/http_message.h"
+#include "server/server_context.h"
+
+namespace m40::server {
+
+// The request body as a JSON object, or HttpError 400.
+json parse_body(const HttpRequest& req);
+// Each returns nullopt for a missing or null field and throws HttpError 400
+// naming the field when it has the wrong type. get_int saturates integers
+// past int64 (2^63 would otherwise read as -2^63).
+std::optional<double> get_number(const json& j, const char* key);
+std::optional<int64_t> get_int(const json& j, const char* key);
+std::optional<bool> get_bool(const json& j, const char* key);
+std::optional<std::string> get_string(const json& j, const char* key);
+// A string or a list of strings (OpenAI's and Ollama's `stop`).
+std::vector<std::string> get_stop(const json& j, const char* key);
+// An int64 request value narrowed to int32 by clamping, never by wrapping
+// (2^32 + 1 would read as 1): for counts where "more than int32" means "no
+// limit" (token limits, top_k, penalty windows).
+inline int32_t clamp_to_int32(int64_t v) {
+  return static_cast<int32_t>(std::clamp<int64_t>(v, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+}
+
+// The request's model name field ("" when absent); 400 when it is no string
+// or holds a NUL (a name or path with one would be cut short in the system).
+std::string model_field(const json& body, const char* key = "model");
+
+}  // namespace m40::server
