@@ -6,6 +6,9 @@
 // (read + write counted), the practical ceiling. Prefill is FP32-bound: it
 // prints GFLOP/s (4 x head_dim FLOPs per query head and visible key).
 //
+// The cache is paged as the backend's is (backends/kv_blocks.h): each
+// sequence's blocks of 16 positions are a shuffled choice from the pool.
+//
 //   bench_cuda_attention [iterations]
 #include <cuda_runtime_api.h>
 
@@ -14,12 +17,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/attention_variants.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/layer_kernels.h"
+#include "backends/kv_blocks.h"
 #include "quant/fp16.h"
 
 namespace {
@@ -80,6 +86,24 @@ double time_ms(int iterations, Fn&& fn) {
   return static_cast<double>(ms) / iterations;
 }
 
+// The layer of n_ctx positions per sequence over a pool of pool_rows rows of
+// kv_dim: the block tables of sequences 0..n_seq-1 are a shuffled choice of
+// the pool's blocks, uploaded to `tables` (room for kMaxTableEntries).
+constexpr int kMaxTableEntries = 8192;
+KvLayer paged_layer(uint16_t* k, uint16_t* v, int32_t* tables, size_t pool_rows, int n_seq, int n_ctx, int kv_dim) {
+  const int max_blocks = m40::backend::kv_blocks_for(n_ctx);
+  std::vector<int32_t> blocks(pool_rows / m40::backend::kKvBlockSize);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(7));
+  const size_t entries = static_cast<size_t>(n_seq) * max_blocks;
+  if (entries > blocks.size() || entries > kMaxTableEntries) {
+    std::fprintf(stderr, "bench: %d sequences of %d positions do not fit the pool\n", n_seq, n_ctx);
+    std::exit(1);
+  }
+  M40_CUDA_CHECK(cudaMemcpy(tables, blocks.data(), entries * sizeof(int32_t), cudaMemcpyHostToDevice));
+  return KvLayer{k, v, n_ctx, kv_dim, tables, max_blocks};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,6 +142,7 @@ int main(int argc, char** argv) {
   fill_floats<<<1024, 256>>>(q, static_cast<int64_t>(max_tokens) * n_head * head_dim, 3);
   M40_CUDA_CHECK_LAUNCH();
   int32_t* seq_ids = device_alloc<int32_t>(max_tokens);
+  int32_t* tables = device_alloc<int32_t>(kMaxTableEntries);
   int32_t* positions = device_alloc<int32_t>(max_tokens);
 
   std::printf("## decode: one token per sequence, %d query heads x %d\n\n", n_head, head_dim);
@@ -132,7 +157,8 @@ int main(int argc, char** argv) {
           for (int s = 0; s < n_seq; ++s) h_seq[static_cast<size_t>(s)] = s;
           M40_CUDA_CHECK(cudaMemcpy(seq_ids, h_seq.data(), h_seq.size() * 4, cudaMemcpyHostToDevice));
           M40_CUDA_CHECK(cudaMemcpy(positions, h_pos.data(), h_pos.size() * 4, cudaMemcpyHostToDevice));
-          const KvLayer layer{k, v, n_ctx, n_head_kv * head_dim};
+          const KvLayer layer = paged_layer(k, v, tables, cache_values / (n_head_kv * head_dim), max_seq, n_ctx,
+                                            n_head_kv * head_dim);
           const AttentionShape shape{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
           const AttentionPlan plan{AttentionKernel::Decode, splits};
           const double ms = time_ms(iterations, [&] {
@@ -162,7 +188,8 @@ int main(int argc, char** argv) {
       }
       M40_CUDA_CHECK(cudaMemcpy(seq_ids, h_seq.data(), h_seq.size() * 4, cudaMemcpyHostToDevice));
       M40_CUDA_CHECK(cudaMemcpy(positions, h_pos.data(), h_pos.size() * 4, cudaMemcpyHostToDevice));
-      const KvLayer layer{k, v, n_ctx, n_head_kv * head_dim};
+      const KvLayer layer = paged_layer(k, v, tables, cache_values / (n_head_kv * head_dim), 1, n_ctx,
+                                        n_head_kv * head_dim);
       const AttentionShape shape{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
       const double ms = time_ms(std::max(1, iterations / 5), [&] {
         m40::cuda::attention(layer, shape, q, seq_ids, positions, n_tokens, start + n_tokens, out, nullptr);
@@ -188,7 +215,8 @@ int main(int argc, char** argv) {
       for (int t = 0; t < n_seq; ++t) h_seq[static_cast<size_t>(t)] = t;
       M40_CUDA_CHECK(cudaMemcpy(seq_ids, h_seq.data(), h_seq.size() * 4, cudaMemcpyHostToDevice));
       M40_CUDA_CHECK(cudaMemcpy(positions, h_pos.data(), h_pos.size() * 4, cudaMemcpyHostToDevice));
-      const KvLayer layer{k, v, context, n_head_kv * head_dim};
+      const KvLayer layer = paged_layer(k, v, tables, cache_values / (n_head_kv * head_dim), n_seq, context,
+                                        n_head_kv * head_dim);
       const AttentionShape shape{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
       double ms[2];
       for (const AttentionKernel kernel : {AttentionKernel::Decode, AttentionKernel::Prefill}) {
@@ -219,7 +247,8 @@ int main(int argc, char** argv) {
     }
     M40_CUDA_CHECK(cudaMemcpy(seq_ids, h_seq.data(), h_seq.size() * 4, cudaMemcpyHostToDevice));
     M40_CUDA_CHECK(cudaMemcpy(positions, h_pos.data(), h_pos.size() * 4, cudaMemcpyHostToDevice));
-    const KvLayer layer{k, v, n_ctx, n_head * head_dim};
+    const KvLayer layer = paged_layer(k, v, tables, cache_values / (n_head * head_dim), max_seq, n_ctx,
+                                      n_head * head_dim);
     const AttentionShape shape{n_head, n_head, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
     const int q_dim = n_head * head_dim;
     const double one_ms = time_ms(std::max(1, iterations / 5), [&] {
@@ -237,6 +266,7 @@ int main(int argc, char** argv) {
     std::printf("| %d | %.1f | %.1f | %.1f |\n", chunk, one_ms * 1e3, two_ms * 1e3, chunk_ms * 1e3);
   }
 
+  M40_CUDA_CHECK(cudaFree(tables));
   M40_CUDA_CHECK(cudaFree(k));
   M40_CUDA_CHECK(cudaFree(v));
   M40_CUDA_CHECK(cudaFree(q));

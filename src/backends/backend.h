@@ -1,6 +1,7 @@
 // The interface every compute backend (CPU, CUDA) offers the engine: one
 // forward step over a batch of tokens from one or more sequences, each token
-// at its position, with its K and V kept in the backend's cache.
+// at its position, with its K and V kept in the backend's paged cache
+// (kv_blocks.h).
 #pragma once
 
 #include <cstdint>
@@ -48,9 +49,25 @@ class Backend {
   virtual int n_seq_max() const = 0;   // sequences (KV slots)
   virtual int n_vocab() const = 0;
 
+  // The paged KV cache (kv_blocks.h). The pool has n_kv_blocks() blocks.
+  // Until set_blocks() names them, sequence s holds blocks
+  // [s * B, (s + 1) * B) with B = kv_blocks_for(n_ctx()), when the pool has
+  // that many (the layout of one whole context per sequence, what callers
+  // that never page get), else none.
+  virtual int n_kv_blocks() const = 0;
+  // Gives sequence `seq` the blocks its positions live in, in order (at
+  // most kv_blocks_for(n_ctx()), each below n_kv_blocks()); its first
+  // `n_cached` positions hold K and V already (a prefix shared from those
+  // blocks), so the next forward() may continue at n_cached. Throws
+  // m40::Error for a bad sequence, block or count.
+  virtual void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) = 0;
+  // Copies K and V of every layer from block `src` to block `dst` (a shared
+  // partial block a sequence is about to write: copy on write).
+  virtual void copy_block(int32_t src, int32_t dst) = 0;
+
   // Runs one step. Tokens of a sequence attend to that sequence's cached
   // positions up to their own (causal), including earlier tokens of this
-  // batch. Writes n_vocab logits per token that wants them, in batch order,
+  // batch. A position must lie within the sequence's blocks. Writes n_vocab logits per token that wants them, in batch order,
   // to `logits` (sized logits_count() * n_vocab). Throws m40::Error on a bad
   // token id, position or sequence.
   virtual void forward(const Batch& batch, std::span<float> logits) = 0;

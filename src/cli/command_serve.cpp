@@ -26,6 +26,7 @@ struct ServeOptions {
   std::string vram;
   std::string origins;
   std::string max_pull_size;
+  std::string kv_pool;
   server::ServerOptions server;
   bool host_given = false;
   bool port_given = false;
@@ -35,6 +36,18 @@ int run_serve(ServeOptions o) {
   auto& so = o.server;
   if (!o.vram.empty()) so.vram_budget = parse_memory_size(o.vram);
   if (!o.max_pull_size.empty()) so.max_pull_size = parse_memory_size(o.max_pull_size);
+  if (!o.kv_pool.empty()) {
+    if (o.kv_pool.back() == '%') {
+      char* end = nullptr;
+      const double percent = std::strtod(o.kv_pool.c_str(), &end);
+      if (end != o.kv_pool.c_str() + o.kv_pool.size() - 1 || !(percent > 0 && percent <= 100)) {
+        throw Error("--kv-pool " + o.kv_pool + ": give a size such as 8G or a share such as 60% (above 0, at most 100)");
+      }
+      so.kv_pool_fraction = percent / 100;
+    } else {
+      so.kv_pool_bytes = parse_memory_size(o.kv_pool);
+    }
+  }
   // $M40_LLM_HOST=host:port, overridden by --host / --port.
   if (const char* env = std::getenv("M40_LLM_HOST"); env != nullptr && *env != '\0') {
     std::string host = so.host;
@@ -165,6 +178,11 @@ void register_serve_command(CLI::App& app) {
                   "The largest model file /api/pull downloads, e.g. 40G (default: no cap but the free space of the "
                   "store's disk, which always applies)")
       ->type_name("SIZE");
+  cmd->add_option("--kv-pool", opts->kv_pool,
+                  "Memory for the paged KV cache that the requests share: a size such as 8G, or a share of the memory "
+                  "left after the weights such as 60% (default: a whole --ctx for every --parallel slot where that "
+                  "fits, else all the memory left)")
+      ->type_name("SIZE|N%");
   cmd->add_flag("--verbose", so.log_requests, "Log each request on stderr");
   cmd->callback([opts, host, port] {
     opts->host_given = host->count() > 0;

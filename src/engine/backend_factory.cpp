@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include <cstdlib>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/kv_blocks.h"
 #include "common/error.h"
 #ifdef M40_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -25,11 +27,31 @@ int resolve_context_size(const model::LoadedModel& model, int requested, const M
   return n_ctx;
 }
 
+int kv_pool_blocks(const BackendOptions& options, int n_ctx, const MemoryBudget& budget, uint64_t bytes_per_block) {
+  if (options.kv_pool_fraction < 0 || options.kv_pool_fraction > 1) {
+    throw Error("the KV pool fraction must be above 0% and at most 100%");
+  }
+  const uint64_t left = budget.available > budget.fixed ? budget.available - budget.fixed : 0;
+  uint64_t blocks;
+  if (options.kv_pool_bytes > 0) {
+    blocks = options.kv_pool_bytes / bytes_per_block;
+  } else if (options.kv_pool_fraction > 0) {
+    blocks = static_cast<uint64_t>(static_cast<double>(left) * options.kv_pool_fraction) / bytes_per_block;
+  } else {
+    // A whole context per sequence where it fits, else what the memory
+    // holds, but never less than one whole context (the plan then says
+    // whether that fits).
+    const uint64_t whole = static_cast<uint64_t>(options.n_seq) * backend::kv_blocks_for(n_ctx);
+    blocks = std::max<uint64_t>(std::min(whole, left / bytes_per_block), backend::kv_blocks_for(n_ctx));
+  }
+  return static_cast<int>(std::clamp<uint64_t>(blocks, 1, std::numeric_limits<int32_t>::max()));
+}
+
 namespace {
 
-// Bytes of K and V per position, every layer and sequence.
-uint64_t kv_bytes_per_position(const model::ModelHparams& hp, int n_seq, uint64_t element_bytes) {
-  return 2ull * hp.n_layer * static_cast<uint64_t>(n_seq) * hp.kv_dim() * element_bytes;
+// Bytes of K and V per position, every layer, one sequence.
+uint64_t kv_bytes_per_position(const model::ModelHparams& hp, uint64_t element_bytes) {
+  return 2ull * hp.n_layer * hp.kv_dim() * element_bytes;
 }
 
 // The CPU's budget: the memory the system has available, less the model
@@ -39,8 +61,7 @@ MemoryBudget cpu_budget(const model::LoadedModel& model, const BackendOptions& o
   MemoryBudget b;
   b.available = system_available_memory() / 5 * 4;
   b.fixed = model.file.file_size();
-  b.per_position = kv_bytes_per_position(model.hparams, options.n_seq,
-                                         options.kv_type == backend::KvType::F32 ? 4 : 2);
+  b.per_position = kv_bytes_per_position(model.hparams, options.kv_type == backend::KvType::F32 ? 4 : 2);
   return b;
 }
 
@@ -100,18 +121,21 @@ std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, 
                                                : info.free_memory_bytes;
     cuda::PlanShape shape{0, options.n_seq, cuda_options.max_batch, 32};
     budget.fixed = cuda::plan_memory(model.hparams, model.weights, shape).total();
-    budget.per_position = kv_bytes_per_position(model.hparams, options.n_seq, 2);
+    budget.per_position = kv_bytes_per_position(model.hparams, 2);
     const int n_ctx = resolve_context_size(model, options.n_ctx, budget);
     cuda_options.n_ctx = n_ctx;
+    cuda_options.kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);
     cuda_options.n_seq = options.n_seq;
     cuda_options.vram_budget = options.vram_budget;
     return std::make_unique<cuda::CudaBackend>(model.hparams, model.weights, cuda_options);
   }
 #endif
   if (options.gpu >= 0 && !options.force_cpu) throw Error("--gpu was given but no CUDA GPU is available (or this build has no CUDA backend)");
-  const int n_ctx = resolve_context_size(model, options.n_ctx, cpu_budget(model, options));
+  const MemoryBudget budget = cpu_budget(model, options);
+  const int n_ctx = resolve_context_size(model, options.n_ctx, budget);
   cpu::CpuBackendOptions cpu_options;
   cpu_options.n_ctx = n_ctx;
+  cpu_options.kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);
   cpu_options.n_seq = options.n_seq;
   cpu_options.kv_type = options.kv_type;
   cpu_options.threads = options.threads;

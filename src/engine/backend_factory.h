@@ -18,7 +18,19 @@ struct BackendOptions {
   bool force_cpu = false; // --cpu
   int gpu = -1;           // --gpu N; -1: $M40_LLM_DEVICE, else 0
   uint64_t vram_budget = 0;  // --vram; 0: the GPU's free memory
+  // The paged KV cache's pool (backends/kv_blocks.h). By default it holds a
+  // whole context for every sequence where the memory left after the
+  // weights allows, else what that memory holds (sequences share it as
+  // their prompts and answers grow). Either field overrides: a size in
+  // bytes, or a fraction of the memory left after the weights.
+  uint64_t kv_pool_bytes = 0;
+  double kv_pool_fraction = 0;
 };
+
+// The blocks of the KV pool for a context of n_ctx positions per sequence,
+// from `options` and what `budget` leaves after its fixed part; at least
+// one block. Throws m40::Error for a fraction outside (0, 1].
+int kv_pool_blocks(const BackendOptions& options, int n_ctx, const MemoryBudget& budget, uint64_t bytes_per_block);
 
 // True when this build has the CUDA backend and a GPU is present.
 bool gpu_available();

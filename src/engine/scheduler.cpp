@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "backends/kv_blocks.h"
 #include "engine/stop_strings.h"
 
 namespace m40::engine {
@@ -52,18 +53,30 @@ struct Scheduler::Pending {
 };
 
 struct Scheduler::Slot {
-  Slot(const tokenizer::Vocab& vocab, std::unique_ptr<Pending> p, int seq_id)
+  Slot(const tokenizer::Vocab& vocab, std::unique_ptr<Pending> p, int seq_id, uint64_t admission)
       : request(std::move(p)),
         seq(seq_id),
+        order(admission),
+        tokens(request->params.prompt),
         detok(vocab, {.render_special = false, .sequence_start = false}),
         stops(request->params.stop) {}
 
+  // Tokens still to feed: the prompt's rest while reading, one sampled
+  // token while decoding.
+  int pending() const { return static_cast<int>(tokens.size()) - n_kv; }
+  // Generating: each step feeds the last sampled token (not a prompt being
+  // read, nor tokens read again after a preemption).
+  bool decoding() const { return answered && pending() == 1; }
+
   std::unique_ptr<Pending> request;
   int seq;
-  int prompt_done = 0;   // prompt tokens already in the KV cache
-  int pos = 0;           // next position to write
-  int32_t next_token = -1;  // sampled, to be fed at `pos` in the next step (decode phase)
-  bool decoding = false;
+  uint64_t order;                 // admission order: the youngest gives its blocks back first
+  std::vector<int32_t> tokens;    // the prompt, then each sampled token
+  int n_kv = 0;                   // positions whose K and V are cached (tokens[0..n_kv) fed)
+  std::vector<int32_t> blocks;    // its block table, held in the pool
+  std::vector<uint64_t> hashes;   // chain hashes of its first hashes.size() blocks (full, published)
+  bool has_blocks = false;        // false: preempted (or not yet placed), waiting for room
+  bool answered = false;          // the first logits came (the prompt was read once)
   tokenizer::StreamingDetokenizer detok;
   StopStringFilter stops;
   RequestTimings timings;
@@ -81,12 +94,14 @@ Scheduler::Scheduler(backend::Backend& backend, const tokenizer::Vocab& vocab, S
       pacer_(options.prefill_chunk, options.prefill_slowdown),
       n_ctx_(backend.n_ctx()),
       n_slots_(backend.n_seq_max()),
-      n_vocab_(backend.n_vocab()) {
+      n_vocab_(backend.n_vocab()),
+      pool_(backend.n_kv_blocks()) {
   if (static_cast<size_t>(n_vocab_) < vocab.size()) {
     throw Error("the tokenizer has " + std::to_string(vocab.size()) + " tokens but the model only " +
                 std::to_string(n_vocab_));
   }
   options_.max_queue = std::max(0, options_.max_queue);
+  stats_.kv_blocks_total = pool_.n_blocks();
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
   stats_.slots_total = n_slots_;
   thread_ = std::thread([this] { loop(); });
@@ -103,6 +118,13 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params) {
                                           " tokens but the context holds " + std::to_string(n_ctx_) +
                                           " (leaving room for at least one new token): shorten the prompt "
                                           "or start the server with a larger --ctx");
+  }
+  // n_blocks() is fixed at construction: safe to read from any thread.
+  if (backend::kv_blocks_for(n_prompt + 1) > pool_.n_blocks()) {
+    throw RequestRejected(R::Invalid, "the prompt needs " + std::to_string(backend::kv_blocks_for(n_prompt + 1)) +
+                                          " KV blocks of " + std::to_string(backend::kKvBlockSize) +
+                                          " positions but the whole pool has " + std::to_string(pool_.n_blocks()) +
+                                          ": shorten the prompt or give the server a larger KV pool");
   }
   auto pending = std::make_unique<Pending>();
   try {
@@ -161,9 +183,10 @@ void Scheduler::finish(Slot& slot, FinishReason reason) {
     if (!slot.stops.stopped()) rest += slot.stops.flush();
     if (!rest.empty()) slot.request->stream->push(StreamEvent::piece(std::move(rest)));
   }
-  if (slot.decoding) slot.timings.generate_seconds = seconds_between(slot.generate_start, Clock::now());
+  if (slot.answered) slot.timings.generate_seconds = seconds_between(slot.generate_start, Clock::now());
   slot.request->stream->push(StreamEvent::done(reason, slot.timings));
   slot.done = true;
+  give_back_blocks(slot);
   if (reason == FinishReason::Cancelled) {
     std::lock_guard lock(mutex_);
     ++stats_.requests_cancelled;
@@ -180,6 +203,81 @@ void Scheduler::fail(Slot& slot, const std::string& message) {
   }
   slot.request->stream->push(StreamEvent::failed(message, slot.timings));
   slot.done = true;
+  give_back_blocks(slot);
+}
+
+// ---- the KV blocks of a slot ----------------------------------------------------
+
+// Places a slot's tokens in the pool: the longest cached prefix (leaving at
+// least one token to feed, whose logits come next), then fresh blocks for
+// the rest. False, holding nothing, when the pool has no room for them.
+bool Scheduler::take_blocks(Slot& slot) {
+  const int n = static_cast<int>(slot.tokens.size());
+  KvBlockPool::Prefix prefix;
+  if (slot.request->params.cache_prompt) {
+    prefix = pool_.acquire_prefix(slot.tokens, (n - 1) / backend::kKvBlockSize);
+  }
+  const int need = backend::kv_blocks_for(n) - static_cast<int>(prefix.blocks.size());
+  if (need > pool_.available()) {
+    for (int32_t b : prefix.blocks) pool_.release(b);
+    return false;
+  }
+  slot.blocks = std::move(prefix.blocks);
+  slot.hashes = std::move(prefix.hashes);
+  for (int i = 0; i < need; ++i) slot.blocks.push_back(*pool_.allocate());
+  slot.n_kv = static_cast<int>(slot.hashes.size()) * backend::kKvBlockSize;
+  slot.has_blocks = true;
+  backend_.set_blocks(slot.seq, slot.blocks, slot.n_kv);
+  return true;
+}
+
+// Makes room for `positions` positions in the slot's blocks. When the pool
+// is out, the youngest slot holding blocks gives them back (preemption): it
+// may be this one, which then holds none and waits (false). A slot alone in
+// a pool that holds no more of it keeps its blocks (false, has_blocks).
+bool Scheduler::grow(Slot& slot, int positions, std::vector<std::unique_ptr<Slot>>& slots) {
+  while (static_cast<int>(slot.blocks.size()) * backend::kKvBlockSize < positions) {
+    if (auto b = pool_.allocate()) {
+      slot.blocks.push_back(*b);
+      backend_.set_blocks(slot.seq, slot.blocks, slot.n_kv);
+      continue;
+    }
+    Slot* youngest = nullptr;
+    bool others = false;
+    for (auto& s : slots) {
+      if (!s || !s->has_blocks || s->done) continue;
+      others = others || s.get() != &slot;
+      if (youngest == nullptr || s->order > youngest->order) youngest = s.get();
+    }
+    if (!others) return false;
+    give_back_blocks(*youngest);
+    {
+      std::lock_guard lock(mutex_);
+      ++stats_.preemptions;
+    }
+    if (youngest == &slot) return false;
+  }
+  return true;
+}
+
+// Returns the slot's blocks to the pool (full ones stay cached for reuse,
+// its own included when it comes back) and forgets its cached positions.
+void Scheduler::give_back_blocks(Slot& slot) {
+  for (int32_t b : slot.blocks) pool_.release(b);
+  slot.blocks.clear();
+  slot.hashes.clear();
+  slot.n_kv = 0;
+  if (slot.has_blocks) backend_.set_blocks(slot.seq, {}, 0);
+  slot.has_blocks = false;
+}
+
+// Indexes the blocks a step filled, so that later sequences can share them.
+void Scheduler::publish_full_blocks(Slot& slot) {
+  constexpr int B = backend::kKvBlockSize;
+  for (int b = static_cast<int>(slot.hashes.size()); (b + 1) * B <= slot.n_kv; ++b) {
+    const uint64_t parent = b == 0 ? KvBlockPool::kRootHash : slot.hashes[b - 1];
+    slot.hashes.push_back(pool_.publish(slot.blocks[b], parent, std::span(slot.tokens).subspan(static_cast<size_t>(b) * B, B)));
+  }
 }
 
 void Scheduler::drop_cancelled_requests() {
@@ -190,6 +288,37 @@ void Scheduler::drop_cancelled_requests() {
     return true;
   });
   stats_.queue_depth = static_cast<int>(queue_.size());
+}
+
+// Preempted slots get their blocks back first, oldest first; then waiting
+// requests enter free slots, oldest first, while the pool has room for
+// their prompts. (One cancelled from now on is freed below, before any work
+// is spent on it.)
+void Scheduler::admit(std::vector<std::unique_ptr<Slot>>& slots) {
+  std::vector<Slot*> waiting;
+  for (auto& s : slots) {
+    if (s && !s->has_blocks) waiting.push_back(s.get());
+  }
+  std::sort(waiting.begin(), waiting.end(), [](const Slot* a, const Slot* b) { return a->order < b->order; });
+  for (Slot* s : waiting) {
+    if (s->request->stream->cancelled()) continue;  // freed below
+    if (!take_blocks(*s)) return;
+  }
+  for (int i = 0; i < n_slots_ && !queue_.empty(); ++i) {
+    if (slots[i]) continue;
+    auto slot = std::make_unique<Slot>(vocab_, std::move(queue_.front()), i, admitted_);
+    if (!take_blocks(*slot)) {
+      queue_.front() = std::move(slot->request);  // still first in line
+      return;
+    }
+    queue_.pop_front();
+    ++admitted_;
+    slot->timings.prompt_tokens = static_cast<int>(slot->tokens.size());
+    slot->timings.cached_tokens = slot->n_kv;
+    slot->timings.queue_seconds = seconds_between(slot->request->queued_at, Clock::now());
+    stats_.prompt_tokens_cached += static_cast<uint64_t>(slot->n_kv);
+    slots[i] = std::move(slot);
+  }
 }
 
 void Scheduler::loop() {
@@ -203,16 +332,7 @@ void Scheduler::loop() {
       });
       if (stopping_) break;
       drop_cancelled_requests();
-      // Admit waiting requests into free slots, oldest first. (One cancelled
-      // from now on is freed below, before any work is spent on it.)
-      for (int i = 0; i < n_slots_ && !queue_.empty(); ++i) {
-        if (slots[i]) continue;
-        auto pending = std::move(queue_.front());
-        queue_.pop_front();
-        slots[i] = std::make_unique<Slot>(vocab_, std::move(pending), i);
-        slots[i]->timings.prompt_tokens = static_cast<int>(slots[i]->request->params.prompt.size());
-        slots[i]->timings.queue_seconds = seconds_between(slots[i]->request->queued_at, Clock::now());
-      }
+      admit(slots);
       stats_.queue_depth = static_cast<int>(queue_.size());
       stats_.slots_busy = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const auto& s) { return s != nullptr; }));
     }
@@ -235,6 +355,7 @@ void Scheduler::loop() {
       for (auto& s : slots) {
         if (!s) continue;
         s->request->stream->push(StreamEvent::failed(e.what(), s->timings));
+        give_back_blocks(*s);
         std::lock_guard lock(mutex_);
         ++stats_.requests_failed;
         s.reset();
@@ -247,8 +368,10 @@ void Scheduler::loop() {
     stats_.slots_busy = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const auto& s) { return s != nullptr; }));
     stats_.kv_cells_used = 0;
     for (const auto& s : slots) {
-      if (s) stats_.kv_cells_used += s->pos;
+      if (s) stats_.kv_cells_used += s->n_kv;
     }
+    stats_.kv_blocks_used = pool_.in_use();
+    stats_.kv_blocks_cached = pool_.cached();
   }
   // Shutting down: end everything still running or waiting.
   const StreamEvent bye = StreamEvent::failed("the server is shutting down");
@@ -264,6 +387,19 @@ void Scheduler::loop() {
 }
 
 void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
+  // Room for each generating slot's next position, oldest first, so that
+  // when the pool is out the youngest gives its blocks back.
+  std::vector<Slot*> by_age;
+  for (auto& s : slots) {
+    if (s && s->has_blocks) by_age.push_back(s.get());
+  }
+  std::sort(by_age.begin(), by_age.end(), [](const Slot* a, const Slot* b) { return a->order < b->order; });
+  for (Slot* s : by_age) {
+    if (!s->has_blocks || s->done || !s->decoding()) continue;
+    // Alone and the pool holds no more of it: its context is what the pool holds.
+    if (!grow(*s, s->n_kv + 1, slots) && s->has_blocks) finish(*s, FinishReason::ContextFull);
+  }
+
   backend::Batch batch;
   int rows = 0;
   uint64_t prompt_tokens = 0;
@@ -273,8 +409,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   for (auto& s : slots) {
     if (!s) continue;
     s->logits_row = -1;
-    if (s->decoding) {
-      batch.add(s->next_token, s->pos++, s->seq, true);
+    if (!s->has_blocks || s->done) continue;
+    if (s->decoding()) {
+      batch.add(s->tokens.back(), s->n_kv, s->seq, true);
       s->logits_row = rows++;
       ++n_decode;
     } else {
@@ -284,35 +421,41 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   // Then prompt chunks, oldest slot first, within the step's prompt budget:
   // what the pacer allows beside these decode tokens (prefill_chunk when
   // none run, pacing is off or more requests wait than streams run; 0 on a
-  // step that re-measures the streams alone).
+  // step that re-measures the streams alone). A slot preempted while it
+  // generated reads its tokens again the same way.
   int budget = pacer_.budget(n_decode, n_waiting);
   const auto now = Clock::now();
-  for (auto& s : slots) {
-    if (!s || s->decoding || budget == 0) continue;
-    const auto& prompt = s->request->params.prompt;
-    const int n_prompt = static_cast<int>(prompt.size());
-    const int n = std::min(budget, n_prompt - s->prompt_done);
+  std::vector<std::pair<Slot*, int>> fed;  // slots and the tokens this step gives them
+  for (Slot* s : by_age) {
+    if (!s->has_blocks || s->done || s->decoding() || budget == 0) continue;
+    const int n_tokens = static_cast<int>(s->tokens.size());
+    const int n = std::min(budget, s->pending());
     if (!s->prompt_started) {
       s->prompt_started = true;
       s->prompt_start = now;
     }
     for (int i = 0; i < n; ++i) {
-      const int p = s->prompt_done + i;
-      const bool last = p + 1 == n_prompt;
-      batch.add(prompt[p], p, s->seq, last);
+      const int p = s->n_kv + i;
+      const bool last = p + 1 == n_tokens;
+      batch.add(s->tokens[p], p, s->seq, last);
       if (last) s->logits_row = rows++;
     }
-    s->prompt_done += n;
-    s->pos = s->prompt_done;
+    fed.emplace_back(s, n);
     budget -= n;
     prompt_tokens += static_cast<uint64_t>(n);
   }
   if (batch.size() == 0) return;
-
   std::vector<float> logits(static_cast<size_t>(rows) * static_cast<size_t>(n_vocab_));
   const auto forward_start = Clock::now();
   backend_.forward(batch, logits);
   const auto after = Clock::now();
+  for (auto& s : slots) {
+    if (s && s->decoding() && s->logits_row >= 0) ++s->n_kv;
+  }
+  for (auto [s, n] : fed) s->n_kv += n;
+  for (auto& s : slots) {
+    if (s && s->has_blocks) publish_full_blocks(*s);
+  }
 
   uint64_t generated = 0;
   // Requests that end this step; their Done events go out after the counters
@@ -322,9 +465,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   for (auto& s : slots) {
     if (!s || s->logits_row < 0) continue;
     Slot& slot = *s;
-    if (!slot.decoding) {
+    if (!slot.answered) {
       slot.timings.prompt_seconds = seconds_between(slot.prompt_start, after);
-      slot.decoding = true;
+      slot.answered = true;
       slot.generate_start = after;
     }
     const int generated_before = slot.timings.generated_tokens;
@@ -371,9 +514,9 @@ std::optional<FinishReason> Scheduler::advance(Slot& slot, std::span<const float
   std::string shown = slot.stops.push(text);
   if (!shown.empty()) slot.request->stream->push(StreamEvent::piece(std::move(shown)));
   if (slot.stops.stopped()) return FinishReason::StopString;
-  if (slot.pos >= n_ctx_) return FinishReason::ContextFull;
+  if (slot.n_kv >= n_ctx_) return FinishReason::ContextFull;
   if (params.max_tokens >= 0 && slot.timings.generated_tokens >= params.max_tokens) return FinishReason::MaxTokens;
-  slot.next_token = token;
+  slot.tokens.push_back(token);
   return std::nullopt;
 }
 

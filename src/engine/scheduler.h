@@ -1,6 +1,8 @@
 // The server's engine loop: one thread owns the backend and interleaves many
 // requests with continuous batching. Requests wait in a bounded queue, are
-// admitted into free KV slots, and every step runs ONE forward batch that
+// admitted into free slots when the paged KV cache has room for their
+// prompt (KvBlockPool: a prompt that begins like one seen before reuses its
+// cached blocks and reads only the rest), and every step runs ONE forward batch that
 // holds one decode token for each generating slot plus prompt chunks of the
 // slots still reading their prompt (at most `prefill_chunk` prompt tokens per
 // step, so a long prompt never stalls the running streams; while streams
@@ -8,7 +10,10 @@
 // those steps take at most about `prefill_slowdown` times a decode-only step,
 // which keeps the streams' inter-token latency close to what it was). Each
 // request has its own sampler, stop strings and token limit; its text goes to
-// a thread-safe RequestStream that the HTTP handler thread reads.
+// a thread-safe RequestStream that the HTTP handler thread reads. When the
+// pool runs out of blocks mid-answer, the youngest request gives its blocks
+// back and later reads its tokens again (its full blocks likely still
+// cached), rather than any request failing.
 #pragma once
 
 #include <atomic>
@@ -27,6 +32,7 @@
 #include "backends/backend.h"
 #include "common/error.h"
 #include "engine/generator.h"
+#include "engine/kv_block_pool.h"
 #include "engine/prefill_pacer.h"
 #include "engine/sampler.h"
 #include "tokenizer/vocab.h"
@@ -39,10 +45,12 @@ struct RequestParams {
   int max_tokens = -1;            // -1: until the context is full
   std::vector<std::string> stop;  // stop strings (not shown)
   bool ignore_eos = false;
+  bool cache_prompt = true;       // false: read the whole prompt even where cached blocks hold its beginning
 };
 
 struct RequestTimings {
-  int prompt_tokens = 0;
+  int prompt_tokens = 0;        // the whole prompt
+  int cached_tokens = 0;        // of those, read from cached KV blocks instead of evaluated
   double queue_seconds = 0;     // waiting for a slot
   double prompt_seconds = 0;    // from the first prompt chunk to the first logits
   int generated_tokens = 0;
@@ -114,13 +122,18 @@ struct SchedulerStats {
   uint64_t requests_rejected = 0;  // refused: queue full
   uint64_t requests_failed = 0;    // ended by an error: the backend's, or the request's own sampler's
   uint64_t requests_cancelled = 0;
-  uint64_t prompt_tokens = 0;      // prompt tokens processed
+  uint64_t prompt_tokens = 0;      // prompt tokens evaluated (re-read ones after a preemption included)
+  uint64_t prompt_tokens_cached = 0;  // prompt tokens taken from cached KV blocks instead
+  uint64_t preemptions = 0;        // requests that gave their KV blocks back to let others go on
   uint64_t generated_tokens = 0;
   uint64_t steps = 0;              // forward batches run
   int queue_depth = 0;
   int slots_busy = 0;
   int slots_total = 0;
   int64_t kv_cells_used = 0;  // KV positions the running requests hold (after the last step)
+  int kv_blocks_total = 0;    // the paged cache's pool
+  int kv_blocks_used = 0;     // held by requests
+  int kv_blocks_cached = 0;   // held by none, contents kept for reuse
 };
 
 class Scheduler {
@@ -133,7 +146,7 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request. Throws RequestRejected: Invalid for an empty prompt, a
-  // prompt that does not fit in the context, a token out of range or bad
+  // prompt that does not fit in the context or in the whole KV pool, a token out of range or bad
   // sampler parameters; QueueFull when max_queue requests already wait;
   // ShuttingDown after stop().
   std::shared_ptr<RequestStream> submit(RequestParams params);
@@ -150,6 +163,11 @@ class Scheduler {
   struct Pending;
   struct Slot;
   void loop();
+  void admit(std::vector<std::unique_ptr<Slot>>& slots);  // mutex_ held
+  bool take_blocks(Slot& slot);
+  bool grow(Slot& slot, int positions, std::vector<std::unique_ptr<Slot>>& slots);
+  void give_back_blocks(Slot& slot);
+  void publish_full_blocks(Slot& slot);
   void step(std::vector<std::unique_ptr<Slot>>& slots);
   std::optional<FinishReason> advance(Slot& slot, std::span<const float> logits);
   void finish(Slot& slot, FinishReason reason);
@@ -163,6 +181,8 @@ class Scheduler {
   int n_ctx_;
   int n_slots_;
   int n_vocab_;
+  KvBlockPool pool_;     // engine thread only
+  uint64_t admitted_ = 0;  // engine thread only: admission order, for preemption
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;

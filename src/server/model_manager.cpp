@@ -51,6 +51,8 @@ void add_counters(engine::SchedulerStats& to, const engine::SchedulerStats& from
   to.requests_failed += from.requests_failed;
   to.requests_cancelled += from.requests_cancelled;
   to.prompt_tokens += from.prompt_tokens;
+  to.prompt_tokens_cached += from.prompt_tokens_cached;
+  to.preemptions += from.preemptions;
   to.generated_tokens += from.generated_tokens;
   to.steps += from.steps;
 }
@@ -212,6 +214,8 @@ void ModelManager::start_model(ResidentModel& m, const ModelTarget& target) cons
   bo.force_cpu = options_.force_cpu;
   bo.gpu = options_.gpu;
   bo.vram_budget = options_.vram_budget;
+  bo.kv_pool_bytes = options_.kv_pool_bytes;
+  bo.kv_pool_fraction = options_.kv_pool_fraction;
   m.backend = engine::make_backend(*m.model, bo);
   if (options_.wrap_backend) m.backend = options_.wrap_backend(std::move(m.backend));
   m.scheduler = std::make_unique<engine::Scheduler>(
@@ -307,6 +311,9 @@ engine::SchedulerStats ModelManager::stats() const {
     st.slots_busy = now.slots_busy;
     st.slots_total = now.slots_total;
     st.kv_cells_used = now.kv_cells_used;
+    st.kv_blocks_total = now.kv_blocks_total;
+    st.kv_blocks_used = now.kv_blocks_used;
+    st.kv_blocks_cached = now.kv_blocks_cached;
   }
   return st;
 }

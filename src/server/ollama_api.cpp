@@ -30,6 +30,8 @@ engine::RequestParams ollama_params(const json& body) {
   sp.min_p = 0.0f;
   sp.repeat_penalty = 1.1f;
   sp.penalty_last_n = 64;
+  // llama.cpp's extra, at the top level: false reads the whole prompt.
+  p.cache_prompt = get_bool(body, "cache_prompt").value_or(true);
   auto it = body.find("options");
   if (it == body.end() || it->is_null()) return p;
   if (!it->is_object()) throw HttpError{400, "'options' must be an object"};
@@ -82,7 +84,8 @@ json check_images(const json& holder) {
 void add_timings(json& j, const engine::RequestTimings& t, Clock::time_point received, double load_seconds) {
   j["total_duration"] = ns(std::chrono::duration<double>(Clock::now() - received).count());
   j["load_duration"] = ns(load_seconds);
-  j["prompt_eval_count"] = t.prompt_tokens;
+  // Ollama counts the prompt tokens it evaluated: cached ones are not.
+  j["prompt_eval_count"] = t.prompt_tokens - t.cached_tokens;
   j["prompt_eval_duration"] = ns(t.prompt_seconds);
   j["eval_count"] = t.generated_tokens;
   j["eval_duration"] = ns(t.generate_seconds);

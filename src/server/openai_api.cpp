@@ -49,6 +49,8 @@ engine::RequestParams openai_params(const json& body) {
     }
   }
   p.ignore_eos = get_bool(body, "ignore_eos").value_or(false);  // llama.cpp's extra
+  // llama.cpp's extra: false reads the whole prompt, cached blocks or not.
+  p.cache_prompt = get_bool(body, "cache_prompt").value_or(true);
   p.stop = get_stop(body, "stop");
   if (p.stop.size() > 16) throw HttpError{400, "'stop' may hold at most 16 strings"};
   if (auto n = get_int(body, "n"); n && *n != 1) throw HttpError{400, "only n = 1 is supported"};
@@ -81,7 +83,8 @@ bool wants_usage(const json& body) {
 json usage_json(const engine::RequestTimings& t) {
   return {{"prompt_tokens", t.prompt_tokens},
           {"completion_tokens", t.generated_tokens},
-          {"total_tokens", t.prompt_tokens + t.generated_tokens}};
+          {"total_tokens", t.prompt_tokens + t.generated_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", t.cached_tokens}}}};
 }
 
 std::string finish_name(engine::FinishReason r) { return std::string(engine::finish_reason_name(r)); }

@@ -1,6 +1,7 @@
 // The operational routes: /health, /metrics, /tokenize, /detokenize.
 #include <sstream>
 
+#include "backends/kv_blocks.h"
 #include "server/api_answers.h"
 #include "server/prompt_tokens.h"
 #include "server/request_fields.h"
@@ -35,7 +36,14 @@ void register_ops_routes(ServerContext& s) {
                     st.requests_cancelled);
              metric("m40_requests_failed_total", "counter", "Generation requests ended by an engine error.",
                     st.requests_failed);
-             metric("m40_prompt_tokens_total", "counter", "Prompt tokens processed.", st.prompt_tokens);
+             metric("m40_prompt_tokens_total", "counter", "Prompt tokens evaluated.", st.prompt_tokens);
+             metric("m40_prompt_tokens_cached_total", "counter", "Prompt tokens read from cached KV blocks instead of evaluated.",
+                    st.prompt_tokens_cached);
+             const uint64_t prompt_read = st.prompt_tokens + st.prompt_tokens_cached;
+             metric("m40_prompt_cache_hit_ratio", "gauge", "Share of prompt tokens taken from cached KV blocks, since start.",
+                    prompt_read > 0 ? static_cast<double>(st.prompt_tokens_cached) / static_cast<double>(prompt_read) : 0.0);
+             metric("m40_preemptions_total", "counter", "Requests that gave their KV blocks back for others and read their tokens again later.",
+                    st.preemptions);
              metric("m40_generated_tokens_total", "counter", "Tokens generated.", st.generated_tokens);
              metric("m40_engine_steps_total", "counter", "Forward batches run by the engine.", st.steps);
              metric("m40_queue_depth", "gauge", "Requests waiting for a slot.", st.queue_depth);
@@ -57,8 +65,12 @@ void register_ops_routes(ServerContext& s) {
              }
              metric("m40_generated_tokens_per_second", "gauge",
                     "Tokens generated per second since the previous scrape of /metrics.", tokens_per_second);
-             const int64_t kv_cells = resident ? int64_t{resident->model->scheduler->n_ctx()} * st.slots_total : 0;
-             metric("m40_kv_cache_cells", "gauge", "KV cache positions allocated (context x slots).", kv_cells);
+             const int64_t kv_cells = resident ? int64_t{st.kv_blocks_total} * backend::kKvBlockSize : 0;
+             metric("m40_kv_cache_cells", "gauge", "KV cache positions the pool holds (blocks x block size).", kv_cells);
+             metric("m40_kv_blocks_total", "gauge", "Blocks of the paged KV cache.", resident ? st.kv_blocks_total : 0);
+             metric("m40_kv_blocks_used", "gauge", "KV blocks the running requests hold.", resident ? st.kv_blocks_used : 0);
+             metric("m40_kv_blocks_cached", "gauge", "KV blocks no request holds whose contents are kept for reuse.",
+                    resident ? st.kv_blocks_cached : 0);
              metric("m40_kv_cache_cells_used", "gauge", "KV cache positions the running requests hold.",
                     resident ? st.kv_cells_used : 0);
              res.set_content(out.str(), "text/plain; version=0.0.4");

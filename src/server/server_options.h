@@ -18,11 +18,15 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 11434;          // 0: any free port
   int parallel = 1;          // requests generated at the same time (KV slots)
-  int n_ctx = 0;             // context per slot; 0: the model's, at most 4096
+  int n_ctx = 0;             // positions per request at most; 0: the trained context, capped by memory
   unsigned threads = 0;      // CPU backend threads; 0: every core
   bool force_cpu = false;
   int gpu = -1;              // GPU index; -1: $M40_LLM_DEVICE, else 0
   uint64_t vram_budget = 0;  // bytes of GPU memory a model may plan for; 0: the GPU's free memory
+  // The paged KV pool the requests share (engine::BackendOptions): bytes, or
+  // a fraction of the memory left after the weights; both 0: the default.
+  uint64_t kv_pool_bytes = 0;
+  double kv_pool_fraction = 0;
   std::string api_key;       // non-empty: every route but /health needs "Authorization: Bearer KEY"
   // Web pages (Origin) allowed besides local ones (origin_policy.h):
   // "https://app.example.com", "https://*.example.com", "*" for any.

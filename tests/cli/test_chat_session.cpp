@@ -11,6 +11,7 @@
 #include "engine/backend_factory.h"
 #include "model/loaded_model.h"
 #include "test_paths.h"
+#include "wrapped_backend.h"
 
 namespace {
 
@@ -39,14 +40,11 @@ m40::engine::GenerationOptions greedy(int max_tokens) {
 // The real backend, made to fail on demand: forward() throws, or the model
 // picks a token one past the vocabulary (the backend claims one logit more
 // than the vocabulary has tokens, kept at -1e9 unless the fault asks).
-class FaultyBackend : public m40::backend::Backend {
+class FaultyBackend : public m40::test::WrappedBackend {
  public:
   enum class Fault { None, ForwardThrows, TokenOutOfRange };
-  explicit FaultyBackend(m40::backend::Backend& inner) : inner_(inner) {}
+  explicit FaultyBackend(m40::backend::Backend& inner) : WrappedBackend(inner), inner_(inner) {}
 
-  std::string name() const override { return inner_.name(); }
-  int n_ctx() const override { return inner_.n_ctx(); }
-  int n_seq_max() const override { return inner_.n_seq_max(); }
   int n_vocab() const override { return inner_.n_vocab() + 1; }
   void forward(const m40::backend::Batch& batch, std::span<float> logits) override {
     if (fault == Fault::ForwardThrows) throw m40::Error("the device is gone");

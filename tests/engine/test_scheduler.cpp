@@ -10,9 +10,13 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/block_tables.h"
+#include "backends/cpu/cpu_backend.h"
 #include "engine/backend_factory.h"
 #include "engine/scheduler.h"
+#include "model/loaded_model.h"
 #include "test_paths.h"
+#include "wrapped_backend.h"
 
 using namespace m40;
 
@@ -23,12 +27,21 @@ namespace {
 class RecordingBackend : public backend::Backend {
  public:
   RecordingBackend(int n_vocab, int n_ctx, int n_seq, int32_t favorite)
-      : n_vocab_(n_vocab), n_ctx_(n_ctx), n_seq_(n_seq), favorite_(favorite) {}
+      : n_vocab_(n_vocab), n_ctx_(n_ctx), n_seq_(n_seq), favorite_(favorite),
+        tables_(n_seq, n_ctx, n_seq * backend::kv_blocks_for(n_ctx)) {}
   std::string name() const override { return "recording"; }
   int n_ctx() const override { return n_ctx_; }
   int n_seq_max() const override { return n_seq_; }
   int n_vocab() const override { return n_vocab_; }
+  int n_kv_blocks() const override { return tables_.n_blocks(); }
+  void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override { tables_.set(seq, blocks, n_cached); }
+  void copy_block(int32_t src, int32_t dst) override {
+    tables_.check_block(src);
+    tables_.check_block(dst);
+  }
   void forward(const backend::Batch& batch, std::span<float> logits) override {
+    tables_.check(batch, logits.size(), n_vocab_);
+    tables_.advance(batch);
     {
       std::lock_guard lock(mutex_);
       batches_.push_back(batch);
@@ -46,6 +59,7 @@ class RecordingBackend : public backend::Backend {
  private:
   int n_vocab_, n_ctx_, n_seq_;
   int32_t favorite_;
+  backend::BlockTables tables_;
   mutable std::mutex mutex_;
   std::vector<backend::Batch> batches_;
 };
@@ -53,13 +67,9 @@ class RecordingBackend : public backend::Backend {
 // The real backend, recording each batch. Its second forward (the first
 // request's first decode step) waits until the test releases it, so the test
 // can submit a request while that stream is sure to be generating.
-class GatedRecordingBackend : public backend::Backend {
+class GatedRecordingBackend : public test::WrappedBackend {
  public:
-  explicit GatedRecordingBackend(std::unique_ptr<backend::Backend> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
-  int n_ctx() const override { return inner_->n_ctx(); }
-  int n_seq_max() const override { return inner_->n_seq_max(); }
-  int n_vocab() const override { return inner_->n_vocab(); }
+  explicit GatedRecordingBackend(std::unique_ptr<backend::Backend> inner) : WrappedBackend(std::move(inner)) {}
   void forward(const backend::Batch& batch, std::span<float> logits) override {
     {
       std::lock_guard lock(mutex_);
@@ -68,7 +78,7 @@ class GatedRecordingBackend : public backend::Backend {
     if (++forwards == 2) {
       for (int i = 0; i < 30000 && !released.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    inner_->forward(batch, logits);
+    inner().forward(batch, logits);
   }
   std::vector<backend::Batch> batches() const {
     std::lock_guard lock(mutex_);
@@ -83,7 +93,6 @@ class GatedRecordingBackend : public backend::Backend {
   std::atomic<int> forwards{0};
 
  private:
-  std::unique_ptr<backend::Backend> inner_;
   mutable std::mutex mutex_;
   std::vector<backend::Batch> batches_;
 };
@@ -435,4 +444,140 @@ TEST_F(SchedulerTest, ASamplerErrorEndsOnlyItsOwnRequest) {
   const auto stats = scheduler.stats();
   EXPECT_EQ(stats.requests_failed, 1u);
   EXPECT_EQ(stats.generated_tokens, static_cast<uint64_t>(stream_tokens));
+}
+
+// ---- prefix reuse and the paged KV pool --------------------------------------
+
+namespace {
+
+// What a request answers alone, reading its whole prompt.
+std::string answer_alone(const model::LoadedModel& model, const engine::BackendOptions& bo, const tokenizer::Vocab& vocab,
+                         engine::RequestParams p) {
+  auto backend = engine::make_backend(model, bo);
+  engine::Scheduler scheduler(*backend, vocab);
+  p.cache_prompt = false;
+  return drain(*scheduler.submit(std::move(p))).text;
+}
+
+}  // namespace
+
+// The second turn of a chat begins with the first one's prompt: its full
+// blocks are read from the cache (whole blocks of 16, the last prompt token
+// always evaluated), and the answer is the one a full read gives.
+TEST_F(SchedulerTest, ASecondTurnReadsOnlyWhatFollowsTheCachedPrefix) {
+  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+  const engine::BackendOptions bo = cpu_options(1);
+  const auto turn1 = story_prompt(100), turn2 = story_prompt(150);
+  ASSERT_TRUE(std::equal(turn1.begin(), turn1.end(), turn2.begin()));
+  const std::string expected = answer_alone(*model, bo, *vocab_, greedy(turn2, 20));
+
+  auto backend = engine::make_backend(*model, bo);
+  engine::Scheduler scheduler(*backend, *vocab_);
+  const auto first = drain(*scheduler.submit(greedy(turn1, 10)));
+  EXPECT_EQ(first.end.timings.cached_tokens, 0);
+  const auto second = drain(*scheduler.submit(greedy(turn2, 20)));
+  ASSERT_EQ(second.end.kind, engine::StreamEvent::Kind::Done);
+  // turn1's 100 tokens and 9 fed answer tokens fill 6 whole blocks (96).
+  EXPECT_EQ(second.end.timings.cached_tokens, 96);
+  EXPECT_EQ(second.end.timings.prompt_tokens, 150);
+  EXPECT_EQ(second.text, expected);
+  const auto stats = scheduler.stats();
+  EXPECT_EQ(stats.prompt_tokens_cached, 96u);
+  EXPECT_EQ(stats.prompt_tokens, 100u + 150u - 96u);
+
+  // cache_prompt: false reads it all again, and answers the same.
+  auto again = greedy(turn2, 20);
+  again.cache_prompt = false;
+  const auto third = drain(*scheduler.submit(std::move(again)));
+  EXPECT_EQ(third.end.timings.cached_tokens, 0);
+  EXPECT_EQ(third.text, expected);
+}
+
+// A system prompt shared by a running request and a new one: the new one
+// takes the running one's full blocks while it still holds them.
+TEST_F(SchedulerTest, ASharedPrefixIsReusedByAConcurrentRequest) {
+  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+  const engine::BackendOptions bo = cpu_options(2);
+  const auto system = story_prompt(70);
+  auto a_prompt = system, b_prompt = system;
+  for (const char* text : {" Lily smiled.", " Ben ran home."}) {
+    auto& prompt = text[1] == 'L' ? a_prompt : b_prompt;
+    const auto more = vocab_->encode(text, {.add_special = false});
+    prompt.insert(prompt.end(), more.begin(), more.end());
+  }
+  const std::string a_alone = answer_alone(*model, bo, *vocab_, greedy(a_prompt, 40));
+  const std::string b_alone = answer_alone(*model, bo, *vocab_, greedy(b_prompt, 20));
+
+  GatedRecordingBackend backend(engine::make_backend(*model, bo));
+  backend.released = false;
+  engine::Scheduler scheduler(backend, *vocab_);
+  auto a = scheduler.submit(greedy(a_prompt, 40));
+  ASSERT_TRUE(backend.wait_at_gate());  // a's prompt is read; it is generating
+  auto b = scheduler.submit(greedy(b_prompt, 20));
+  backend.released = true;
+  const auto a_done = drain(*a), b_done = drain(*b);
+  EXPECT_EQ(a_done.end.timings.cached_tokens, 0);
+  EXPECT_EQ(b_done.end.timings.cached_tokens, 64);  // the system prompt's 4 whole blocks
+  EXPECT_EQ(a_done.text, a_alone);
+  EXPECT_EQ(b_done.text, b_alone);
+}
+
+// Four conversations on two slots: each one's second turn still finds its
+// first turn's blocks, cached after its slot went to another conversation.
+TEST_F(SchedulerTest, MoreConversationsThanSlotsEachReuseTheirOwnBlocks) {
+  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+  auto backend = engine::make_backend(*model, cpu_options(2));
+  engine::Scheduler scheduler(*backend, *vocab_);
+  const char* openings[] = {"Tom had a dog.", "The sun was hot.", "A bird sang.", "Mia found a box."};
+  std::vector<std::vector<int32_t>> first_turns;
+  for (const char* opening : openings) {
+    auto prompt = vocab_->encode(opening, {.add_special = true});
+    const auto more = story_prompt(40);
+    prompt.insert(prompt.end(), more.begin() + 1, more.end());  // without its BOS
+    first_turns.push_back(prompt);
+  }
+  std::vector<std::shared_ptr<engine::RequestStream>> streams;
+  for (const auto& p : first_turns) streams.push_back(scheduler.submit(greedy(p, 8)));
+  for (auto& s : streams) EXPECT_EQ(drain(*s).end.kind, engine::StreamEvent::Kind::Done);
+  for (const auto& p : first_turns) {
+    auto second = p;
+    const auto more = vocab_->encode(" And then it rained.", {.add_special = false});
+    second.insert(second.end(), more.begin(), more.end());
+    const auto done = drain(*scheduler.submit(greedy(second, 4)));
+    EXPECT_EQ(done.end.timings.cached_tokens, static_cast<int>(p.size()) / 16 * 16);
+  }
+}
+
+// A pool too small for both answers: the younger request gives its blocks
+// back and reads its tokens again later; both answers are what they are alone.
+TEST_F(SchedulerTest, WhenThePoolRunsOutTheYoungestRequestWaitsAndResumes) {
+  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+  const auto a_prompt = story_prompt(40);
+  auto b_prompt = vocab_->encode("Tom had a dog.", {.add_special = true});
+  const auto more = story_prompt(40);
+  b_prompt.insert(b_prompt.end(), more.begin() + 1, more.end());
+  const engine::BackendOptions bo = cpu_options(2);
+  const std::string a_alone = answer_alone(*model, bo, *vocab_, greedy(a_prompt, 80));
+  const std::string b_alone = answer_alone(*model, bo, *vocab_, greedy(b_prompt, 80));
+
+  // Each needs 8 blocks by its end (120 positions); the pool has 12.
+  cpu::CpuBackend backend(model->hparams, model->weights, {.n_ctx = 512, .n_seq = 2, .kv_blocks = 12, .threads = 2});
+  engine::Scheduler scheduler(backend, *vocab_);
+  auto a = scheduler.submit(greedy(a_prompt, 80));
+  auto b = scheduler.submit(greedy(b_prompt, 80));
+  const auto a_done = drain(*a), b_done = drain(*b);
+  ASSERT_EQ(a_done.end.kind, engine::StreamEvent::Kind::Done);
+  ASSERT_EQ(b_done.end.kind, engine::StreamEvent::Kind::Done);
+  EXPECT_EQ(a_done.end.timings.generated_tokens, 80);
+  EXPECT_EQ(b_done.end.timings.generated_tokens, 80);
+  EXPECT_EQ(a_done.text, a_alone);
+  EXPECT_EQ(b_done.text, b_alone);
+  EXPECT_GE(scheduler.stats().preemptions, 1u);
+
+  // A prompt that needs more blocks than the whole pool is refused at once.
+  EXPECT_THROW(scheduler.submit(greedy(story_prompt(200), 4)), engine::RequestRejected);
+  // Alone, an answer ends when the pool holds no more of it.
+  const auto alone = drain(*scheduler.submit(greedy(a_prompt, 500)));
+  EXPECT_EQ(alone.end.finish_reason, engine::FinishReason::ContextFull);
+  EXPECT_EQ(alone.end.timings.generated_tokens, 12 * 16 - 40 + 1);
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "wrapped_backend.h"
 
 namespace m40::test {
 
@@ -19,22 +20,17 @@ struct Pacing {
   std::atomic<bool> gate_open{true};
 };
 
-class PacedBackend : public backend::Backend {
+class PacedBackend : public WrappedBackend {
  public:
   PacedBackend(std::unique_ptr<backend::Backend> inner, std::shared_ptr<Pacing> pacing)
-      : inner_(std::move(inner)), pacing_(std::move(pacing)) {}
-  std::string name() const override { return inner_->name(); }
-  int n_ctx() const override { return inner_->n_ctx(); }
-  int n_seq_max() const override { return inner_->n_seq_max(); }
-  int n_vocab() const override { return inner_->n_vocab(); }
+      : WrappedBackend(std::move(inner)), pacing_(std::move(pacing)) {}
   void forward(const backend::Batch& batch, std::span<float> logits) override {
     for (int i = 0; i < 3000 && !pacing_->gate_open.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (int d = pacing_->delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
-    inner_->forward(batch, logits);
+    inner().forward(batch, logits);
   }
 
  private:
-  std::unique_ptr<backend::Backend> inner_;
   std::shared_ptr<Pacing> pacing_;
 };
 

@@ -21,6 +21,7 @@
 #include "store/fake_hub.h"
 #include "store/pull.h"
 #include "in_process_server.h"
+#include "wrapped_backend.h"
 #include "store/store_test_home.h"
 #include "test_paths.h"
 
@@ -34,21 +35,16 @@ std::filesystem::path q2_model() { return test::tiny_q2_model(); }
 
 // Every forward step sleeps this long, so requests stay in the engine while
 // the test acts.
-class SlowBackend : public backend::Backend {
+class SlowBackend : public test::WrappedBackend {
  public:
   SlowBackend(std::unique_ptr<backend::Backend> inner, std::shared_ptr<std::atomic<int>> delay_ms)
-      : inner_(std::move(inner)), delay_ms_(std::move(delay_ms)) {}
-  std::string name() const override { return inner_->name(); }
-  int n_ctx() const override { return inner_->n_ctx(); }
-  int n_seq_max() const override { return inner_->n_seq_max(); }
-  int n_vocab() const override { return inner_->n_vocab(); }
+      : WrappedBackend(std::move(inner)), delay_ms_(std::move(delay_ms)) {}
   void forward(const backend::Batch& batch, std::span<float> logits) override {
     if (int d = delay_ms_->load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
-    inner_->forward(batch, logits);
+    inner().forward(batch, logits);
   }
 
  private:
-  std::unique_ptr<backend::Backend> inner_;
   std::shared_ptr<std::atomic<int>> delay_ms_;
 };
 

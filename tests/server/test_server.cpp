@@ -755,3 +755,54 @@ TEST_F(ServerTest, NumCtxReloadsTheModelWithThatContext) {
   }
   EXPECT_EQ(context_of_resident(), 128);  // a refused request changes nothing
 }
+
+// The second turn of a chat begins with the first turn's rendered prompt:
+// its whole KV blocks are reused and reported (OpenAI's cached_tokens;
+// Ollama's prompt_eval_count counts only what was evaluated), the answer is
+// the one a full read gives, and cache_prompt: false reads it all.
+TEST_F(ServerTest, ASecondChatTurnReportsItsCachedTokens) {
+  start(with(2));
+  const std::string story =
+      "Once upon a time there was a little girl named Lily. She liked to play outside in the park with her friends. "
+      "One day she found a big red ball under a tree.";
+  // With a system message TinyStories' fallback template writes a
+  // transcript, which each later turn extends.
+  json messages = json::array({{{"role", "system"}, {"content", "You tell stories to children."}},
+                               {{"role", "user"}, {"content", story}}});
+  auto first = post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 8}, {"temperature", 0}});
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  const json one = json::parse(first->body);
+  EXPECT_EQ(one["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  messages.push_back({{"role", "assistant"}, {"content", one["choices"][0]["message"]["content"]}});
+  messages.push_back({{"role", "user"}, {"content", "What did she do with the ball?"}});
+
+  auto second = post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 8}, {"temperature", 0}});
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  const json two = json::parse(second->body);
+  const int prompt = two["usage"]["prompt_tokens"], cached = two["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GE(cached, one["usage"]["prompt_tokens"].get<int>() / 16 * 16);
+  EXPECT_EQ(cached % 16, 0);
+  EXPECT_LT(cached, prompt);
+
+  auto uncached = post("/v1/chat/completions",
+                       {{"messages", messages}, {"max_tokens", 8}, {"temperature", 0}, {"cache_prompt", false}});
+  ASSERT_TRUE(uncached);
+  const json three = json::parse(uncached->body);
+  EXPECT_EQ(three["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(three["choices"][0]["message"]["content"], two["choices"][0]["message"]["content"]);
+
+  // Ollama: the same conversation again, every whole block now cached.
+  auto ollama = post("/api/chat", {{"model", "TinyStories-656K-Q8_0"}, {"messages", messages}, {"stream", false},
+                                   {"options", {{"temperature", 0}, {"num_predict", 8}}}});
+  ASSERT_TRUE(ollama);
+  ASSERT_EQ(ollama->status, 200) << ollama->body;
+  EXPECT_EQ(json::parse(ollama->body)["prompt_eval_count"].get<int>(), prompt - (prompt - 1) / 16 * 16);
+
+  const std::string metrics = client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("\nm40_prompt_tokens_cached_total " + std::to_string(cached + (prompt - 1) / 16 * 16) + "\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("\nm40_kv_blocks_total "), std::string::npos);
+}

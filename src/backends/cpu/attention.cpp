@@ -11,7 +11,8 @@ namespace {
 
 template <class T>
 void attention_typed(const KvCache& kv, int layer, const AttentionShape& shape, const float* q,
-                     const int32_t* seq_ids, const int32_t* positions, int n_tokens, float* out, ThreadPool& pool) {
+                     const int32_t* seq_ids, const int32_t* positions, int n_tokens,
+                     const backend::BlockTables& tables, float* out, ThreadPool& pool) {
   const int head_dim = shape.head_dim;
   const int kv_dim = shape.n_head_kv * head_dim;
   const int q_dim = shape.n_head * head_dim;
@@ -30,12 +31,13 @@ void attention_typed(const KvCache& kv, int layer, const AttentionShape& shape, 
       const int first = shape.window > 0 ? std::max(0, n_pos - shape.window) : 0;
       const int kv_head = h / gqa;
       const float* qh = q + t * q_dim + h * head_dim;
-      const T* keys = kv.keys<T>(layer, seq_ids[t]) + kv_head * head_dim;
-      const T* values = kv.values<T>(layer, seq_ids[t]) + kv_head * head_dim;
+      const int32_t* table = tables.table(seq_ids[t]);
+      const T* keys = kv.keys<T>(layer) + kv_head * head_dim;
+      const T* values = kv.values<T>(layer) + kv_head * head_dim;
       const int n_seen = n_pos - first;
       scores.resize(n_seen);
       for (int j = first; j < n_pos; ++j) {
-        const T* k = keys + static_cast<int64_t>(j) * kv_dim;
+        const T* k = keys + backend::kv_row(table, j) * kv_dim;
         float s = 0.0f;
         for (int d = 0; d < head_dim; ++d) s += qh[d] * kv_to_float(k[d]);
         s *= scale;
@@ -45,7 +47,7 @@ void attention_typed(const KvCache& kv, int layer, const AttentionShape& shape, 
       softmax(scores.data(), n_seen);
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int j = first; j < n_pos; ++j) {
-        const T* v = values + static_cast<int64_t>(j) * kv_dim;
+        const T* v = values + backend::kv_row(table, j) * kv_dim;
         const float p = scores[j - first];
         for (int d = 0; d < head_dim; ++d) acc[d] += p * kv_to_float(v[d]);
       }
@@ -57,11 +59,11 @@ void attention_typed(const KvCache& kv, int layer, const AttentionShape& shape, 
 }  // namespace
 
 void attention(const KvCache& kv, int layer, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
-               const int32_t* positions, int n_tokens, float* out, ThreadPool& pool) {
+               const int32_t* positions, int n_tokens, const backend::BlockTables& tables, float* out, ThreadPool& pool) {
   if (kv.type() == backend::KvType::F16) {
-    attention_typed<uint16_t>(kv, layer, shape, q, seq_ids, positions, n_tokens, out, pool);
+    attention_typed<uint16_t>(kv, layer, shape, q, seq_ids, positions, n_tokens, tables, out, pool);
   } else {
-    attention_typed<float>(kv, layer, shape, q, seq_ids, positions, n_tokens, out, pool);
+    attention_typed<float>(kv, layer, shape, q, seq_ids, positions, n_tokens, tables, out, pool);
   }
 }
 

@@ -3,12 +3,19 @@
 #include <cmath>
 #include <cstring>
 
-#include "backends/batch_check.h"
 #include "common/error.h"
 
 namespace m40::cpu {
 
 namespace {
+// The pool's blocks; the options are checked first (the members built
+// from them come before the constructor's body).
+int pool_blocks(const CpuBackendOptions& o) {
+  if (o.n_ctx <= 0 || o.n_seq <= 0) throw Error("the context size and sequence count must be positive");
+  if (o.kv_blocks < 0) throw Error("the KV pool cannot have a negative block count");
+  return o.kv_blocks > 0 ? o.kv_blocks : o.n_seq * backend::kv_blocks_for(o.n_ctx);
+}
+
 std::vector<float> vector_of(const model::WeightView& w) {
   if (!w.present()) return {};
   std::vector<float> v(w.cols * w.rows);
@@ -23,10 +30,8 @@ CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWei
       weights_(weights),
       options_(options),
       pool_(options.threads),
-      kv_(static_cast<int>(hparams.n_layer), options.n_seq, options.n_ctx, static_cast<int>(hparams.kv_dim()),
-          options.kv_type),
-      filled_(options.n_seq, 0) {
-  if (options.n_ctx <= 0 || options.n_seq <= 0) throw Error("the context size and sequence count must be positive");
+      kv_(static_cast<int>(hparams.n_layer), pool_blocks(options), static_cast<int>(hparams.kv_dim()), options.kv_type),
+      tables_(options.n_seq, options.n_ctx, pool_blocks(options)) {
   if (const model::WeightView* factors = weights.rope_factors(hparams, static_cast<uint32_t>(options.n_ctx))) {
     rope_freq_factors_ = vector_of(*factors);
   }
@@ -49,8 +54,14 @@ CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWei
   output_norm_ = vector_of(weights.output_norm);
 }
 
+void CpuBackend::copy_block(int32_t src, int32_t dst) {
+  tables_.check_block(src);
+  tables_.check_block(dst);
+  kv_.copy_block(src, dst);
+}
+
 void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
-  backend::check_batch(batch, logits.size(), static_cast<int>(hparams_.n_vocab), options_.n_ctx, filled_);
+  tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab));
   const auto& hp = hparams_;
   const int64_t n = static_cast<int64_t>(batch.size());
   const int64_t n_embd = hp.n_embd, q_dim = hp.q_dim(), kv_dim = hp.kv_dim(), n_ff = hp.n_ff;
@@ -106,12 +117,12 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
         rope(kt, static_cast<int>(hp.n_head_kv), batch.positions[t], layer_rope_[layer]);
       }
       if (hp.attn_temperature_scale != 0.0f) scale(qt, q_dim, hp.attention_temperature(batch.positions[t]));
-      kv_.store(layer, batch.seq_ids[t], batch.positions[t], kt, vt);
+      kv_.store(layer, backend::kv_row(tables_.table(batch.seq_ids[t]), batch.positions[t]), kt, vt);
     }
     AttentionShape shape{static_cast<int>(hp.n_head), static_cast<int>(hp.n_head_kv), head_dim, hp.attention_scale,
                          hp.attn_softcap, static_cast<int>(hp.window_of_layer(layer))};
     cpu::attention(kv_, layer, shape, q.data(), batch.seq_ids.data(), batch.positions.data(), static_cast<int>(n),
-                   attn.data(), pool_);
+                   tables_, attn.data(), pool_);
     matmul(w.wo, attn.data(), n, proj.data(), pool_);
     if (!bo_[layer].empty()) {
       for (int64_t t = 0; t < n; ++t) add_in_place(proj.data() + t * n_embd, bo_[layer].data(), n_embd);
@@ -132,7 +143,7 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
     add_branch(post_ffn_norm_[layer]);
   }
 
-  backend::advance_cached(batch, filled_);
+  tables_.advance(batch);
 
   // Only the tokens whose logits are wanted go through the output head.
   int64_t n_out = 0;

@@ -17,6 +17,7 @@ namespace m40::cpu {
 struct CpuBackendOptions {
   int n_ctx = 2048;
   int n_seq = 1;
+  int kv_blocks = 0;  // blocks in the KV pool; 0: n_seq * kv_blocks_for(n_ctx), a whole context per sequence
   backend::KvType kv_type = backend::KvType::F16;
   unsigned threads = 0;  // 0: every core
 };
@@ -32,6 +33,9 @@ class CpuBackend : public backend::Backend {
   int n_vocab() const override { return static_cast<int>(hparams_.n_vocab); }
   unsigned threads() const { return pool_.size(); }
   const KvCache& kv_cache() const { return kv_; }
+  int n_kv_blocks() const override { return kv_.n_blocks(); }
+  void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override { tables_.set(seq, blocks, n_cached); }
+  void copy_block(int32_t src, int32_t dst) override;
 
   void forward(const backend::Batch& batch, std::span<float> logits) override;
 
@@ -48,7 +52,7 @@ class CpuBackend : public backend::Backend {
   std::vector<std::vector<float>> attn_norm_, ffn_norm_, bq_, bk_, bv_, bo_, q_norm_, k_norm_, post_attn_norm_,
       post_ffn_norm_;
   std::vector<float> output_norm_;
-  std::vector<int> filled_;  // positions cached per sequence
+  backend::BlockTables tables_;
 };
 
 }  // namespace m40::cpu

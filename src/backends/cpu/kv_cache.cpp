@@ -6,10 +6,11 @@
 
 namespace m40::cpu {
 
-KvCache::KvCache(int n_layer, int n_seq, int n_ctx, int kv_dim, backend::KvType type)
-    : n_layer_(n_layer), n_seq_(n_seq), n_ctx_(n_ctx), kv_dim_(kv_dim), type_(type),
+KvCache::KvCache(int n_layer, int n_blocks, int kv_dim, backend::KvType type)
+    : n_layer_(n_layer), n_blocks_(n_blocks), kv_dim_(kv_dim), type_(type),
       element_bytes_(type == backend::KvType::F16 ? 2 : 4) {
-  const uint64_t bytes = static_cast<uint64_t>(n_layer) * n_seq * n_ctx * kv_dim * element_bytes_;
+  const uint64_t bytes =
+      static_cast<uint64_t>(n_layer) * n_blocks * backend::kKvBlockSize * static_cast<uint64_t>(kv_dim) * element_bytes_;
   try {
     k_.resize(bytes);
     v_.resize(bytes);
@@ -19,9 +20,19 @@ KvCache::KvCache(int n_layer, int n_seq, int n_ctx, int kv_dim, backend::KvType 
   }
 }
 
-void KvCache::store(int layer, int seq, int pos, const float* k, const float* v) {
-  uint8_t* kd = k_.data() + offset(layer, seq, pos);
-  uint8_t* vd = v_.data() + offset(layer, seq, pos);
+void KvCache::copy_block(int32_t src, int32_t dst) {
+  if (src == dst) return;
+  const uint64_t bytes = static_cast<uint64_t>(backend::kKvBlockSize) * kv_dim_ * element_bytes_;
+  for (int l = 0; l < n_layer_; ++l) {
+    const int64_t from = static_cast<int64_t>(src) * backend::kKvBlockSize, to = static_cast<int64_t>(dst) * backend::kKvBlockSize;
+    std::memcpy(k_.data() + offset(l, to), k_.data() + offset(l, from), bytes);
+    std::memcpy(v_.data() + offset(l, to), v_.data() + offset(l, from), bytes);
+  }
+}
+
+void KvCache::store(int layer, int64_t row, const float* k, const float* v) {
+  uint8_t* kd = k_.data() + offset(layer, row);
+  uint8_t* vd = v_.data() + offset(layer, row);
   if (type_ == backend::KvType::F32) {
     std::memcpy(kd, k, kv_dim_ * sizeof(float));
     std::memcpy(vd, v, kv_dim_ * sizeof(float));

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backends/block_tables.h"
 #include "backends/cpu/kv_cache.h"
 #include "backends/cpu/thread_pool.h"
 #include "model/hparams.h"
@@ -80,11 +81,11 @@ struct AttentionShape {
 
 // Causal attention: token t (of sequence seq_ids[t], at positions[t]) attends
 // to its sequence's cached K/V at positions 0..positions[t] (the last
-// `window` of them when windowed), with scores scaled and optionally
+// `window` of them when windowed), read through the sequence's block table, with scores scaled and optionally
 // soft-capped, a softmax and the weighted sum of V, all in FP32 (FP16 cache
 // entries are widened). Query head h reads KV head h / (n_head / n_head_kv).
 // q and out: [n_tokens][n_head * head_dim].
 void attention(const KvCache& kv, int layer, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
-               const int32_t* positions, int n_tokens, float* out, ThreadPool& pool);
+               const int32_t* positions, int n_tokens, const backend::BlockTables& tables, float* out, ThreadPool& pool);
 
 }  // namespace m40::cpu

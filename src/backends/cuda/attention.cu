@@ -32,6 +32,12 @@
 // accumulators cost 11 to 16 registers, which would cut the uncapped decode
 // kernel from 4 to 3 blocks per M40 multiprocessor.
 //
+// The cache is paged (backends/kv_blocks.h): every K/V read goes through the
+// token's sequence's block table. Both kernels map a run of key positions to
+// pool rows once, into shared memory (the decode kernel per sub-chunk of 256
+// keys, the prefill kernel per key tile), and the loads of K and V then read
+// the row from there: one table lookup per key position, not per element.
+//
 // Positions outside 0..n_ctx-1 (and negative sequence ids) give NaN outputs
 // rather than out-of-bounds reads; the engine never sends them.
 #include <algorithm>
@@ -46,6 +52,7 @@
 #include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/stream_scratch.h"
 #include "backends/cuda/warp_reduce.cuh"
+#include "backends/kv_blocks.h"
 #include "common/error.h"
 
 namespace m40::cuda {
@@ -119,6 +126,8 @@ struct DecodeArgs {
   float* out;       // written directly when n_splits == 1
   float* part_acc;  // [n_tokens][n_head][n_splits][head_dim] unnormalized outputs
   float* part_ml;   // [n_tokens][n_head][n_splits][2] running max and sum
+  const int32_t* block_tables;  // [n_seq][max_blocks]
+  int max_blocks;
   int n_ctx;
   int kv_dim;
   int head_dim;
@@ -156,6 +165,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
   // [kDecodeWarps][HB][head_dim].
   __shared__ float buf[kDecodeWarps * HB * kMaxHeadDim];
   __shared__ float s_m[HB], s_l[HB], s_corr[HB];
+  __shared__ int s_row[kSubChunk];  // the pool rows of the sub-chunk's keys
 
   const int t = static_cast<int>(blockIdx.y);
   const int split = static_cast<int>(blockIdx.x) % a.n_splits;
@@ -208,9 +218,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
       qr[h][c + 3] = v.w;
     }
   }
-  const int64_t row_base = static_cast<int64_t>(seq) * a.n_ctx * a.kv_dim + static_cast<int64_t>(kvh) * a.head_dim + d0;
-  const uint16_t* k_rows = a.k + row_base;
-  const uint16_t* v_rows = a.v + row_base;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks;
+  const int64_t head_offset = static_cast<int64_t>(kvh) * a.head_dim + d0;
+  const uint16_t* k_rows = a.k + head_offset;
+  const uint16_t* v_rows = a.v + head_offset;
 
   float acc[HB][C];
 #pragma unroll
@@ -226,6 +237,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
 
   for (int c0 = begin; c0 < end; c0 += kSubChunk) {
     const int len = min(kSubChunk, end - c0);
+    // The pool rows of these keys (the previous sub-chunk's readers are
+    // past the __syncthreads that ends its loop).
+    for (int j = static_cast<int>(threadIdx.x); j < len; j += kDecodeThreads) {
+      s_row[j] = static_cast<int>(backend::kv_row(table, c0 + j));
+    }
+    __syncthreads();
     // Scores. The loop bound is uniform over the warp: the shuffles inside
     // need all 32 lanes.
     for (int jb = warp * keys_per_warp; jb < len; jb += kUnroll * keys_per_step) {
@@ -234,7 +251,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
       for (int u = 0; u < kUnroll; ++u) {
         const int j = jb + u * keys_per_step + slot;
         if (has_dims && j < len) {
-          kv[u].load(k_rows + static_cast<int64_t>(c0 + j) * a.kv_dim);
+          kv[u].load(k_rows + static_cast<int64_t>(s_row[j]) * a.kv_dim);
         } else {
           kv[u].zero();
         }
@@ -308,7 +325,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
       for (int u = 0; u < kUnroll; ++u) {
         const int j = jb + u * keys_per_step + slot;
         if (has_dims && j < len) {
-          vv[u].load(v_rows + static_cast<int64_t>(c0 + j) * a.kv_dim);
+          vv[u].load(v_rows + static_cast<int64_t>(s_row[j]) * a.kv_dim);
         } else {
           vv[u].zero();
         }
@@ -427,6 +444,8 @@ struct PrefillArgs {
   const int32_t* seq_ids;
   const int32_t* positions;
   float* out;
+  const int32_t* block_tables;  // [n_seq][max_blocks]
+  int max_blocks;
   int n_ctx;
   int kv_dim;
   int head_dim;
@@ -440,10 +459,11 @@ struct PrefillArgs {
 };
 
 // Positions kv0..kv0+BK-1 of one KV head into `tile` as FP32 rows of D
-// (zero past head_dim and past kv_end), row stride LD4 float4s.
+// (zero past head_dim and past kv_end), row stride LD4 float4s; position
+// kv0 + r is pool row tile_row[r] of `rows` (the head's first element).
 template <int D, int BK, int LD4>
-__device__ __forceinline__ void load_kv_tile(float4* tile, const uint16_t* rows, int kv0, int kv_end,
-                                             const PrefillArgs& a) {
+__device__ __forceinline__ void load_kv_tile(float4* tile, const uint16_t* rows, const int* tile_row, int kv0,
+                                             int kv_end, const PrefillArgs& a) {
   constexpr int kPieces = D / 8;  // 8 halves per piece
   for (int i = static_cast<int>(threadIdx.x); i < BK * kPieces; i += kPrefillThreads) {
     const int r = i / kPieces;
@@ -451,7 +471,7 @@ __device__ __forceinline__ void load_kv_tile(float4* tile, const uint16_t* rows,
     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     const int p = kv0 + r;
     if (p < kv_end && d < a.head_dim) {
-      const uint16_t* src = rows + static_cast<int64_t>(p) * a.kv_dim + d;
+      const uint16_t* src = rows + static_cast<int64_t>(tile_row[r]) * a.kv_dim + d;
       if (a.rows_of_8) {
         HalfVec<8> h;
         h.load(src);
@@ -509,6 +529,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
   __shared__ int row_seq[BQ], row_pos[BQ], row_limit[BQ];
   __shared__ bool row_pending[BQ];
   __shared__ int seg_seq, seg_kv_begin, seg_kv_end;
+  __shared__ int tile_row[BK];  // the pool rows of the key tile's positions
   float* p_tile = reinterpret_cast<float*>(p_tile4);
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -581,14 +602,19 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
     int limit[SQ];
 #pragma unroll
     for (int i = 0; i < SQ; ++i) limit[i] = row_limit[tq + TQ * i];
-    const int64_t base = static_cast<int64_t>(seg_seq) * a.n_ctx * a.kv_dim + static_cast<int64_t>(kvh) * a.head_dim;
-    const uint16_t* k_rows = a.k + base;
-    const uint16_t* v_rows = a.v + base;
+    const int32_t* table = a.block_tables + static_cast<int64_t>(seg_seq) * a.max_blocks;
+    const int64_t head_offset = static_cast<int64_t>(kvh) * a.head_dim;
+    const uint16_t* k_rows = a.k + head_offset;
+    const uint16_t* v_rows = a.v + head_offset;
 
     // Tiles wholly before every row's window are skipped; within the others
     // each row sees keys limit - window < key <= limit.
     for (int kv0 = seg_kv_begin / BK * BK; kv0 < kv_end; kv0 += BK) {
-      load_kv_tile<D, BK, LD4>(kv_tile, k_rows, kv0, kv_end, a);
+      // The tile's pool rows (the previous tile's V load is past the
+      // __syncthreads that ends its iteration).
+      if (tid < BK) tile_row[tid] = kv0 + tid < kv_end ? static_cast<int>(backend::kv_row(table, kv0 + tid)) : 0;
+      __syncthreads();
+      load_kv_tile<D, BK, LD4>(kv_tile, k_rows, tile_row, kv0, kv_end, a);
       __syncthreads();
 
       float s[SQ][SK];
@@ -628,7 +654,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
       __syncthreads();
 
       // V replaces K in shared memory while the statistics are computed.
-      load_kv_tile<D, BK, LD4>(kv_tile, v_rows, kv0, kv_end, a);
+      load_kv_tile<D, BK, LD4>(kv_tile, v_rows, tile_row, kv0, kv_end, a);
       {
         const int r = tid / kRowThreads;
         float* pr = p_tile + r * PLD + (tid % kRowThreads) * kRowEntries;
@@ -780,6 +806,8 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   a.seq_ids = seq_ids;
   a.positions = positions;
   a.out = out;
+  a.block_tables = cache.block_tables;
+  a.max_blocks = cache.max_blocks;
   a.n_ctx = cache.n_ctx;
   a.kv_dim = cache.kv_dim;
   a.head_dim = shape.head_dim;
@@ -857,6 +885,8 @@ void run_prefill(const KvLayer& cache, const AttentionShape& shape, float scale,
   a.seq_ids = seq_ids;
   a.positions = positions;
   a.out = out;
+  a.block_tables = cache.block_tables;
+  a.max_blocks = cache.max_blocks;
   a.n_ctx = cache.n_ctx;
   a.kv_dim = cache.kv_dim;
   a.head_dim = shape.head_dim;
@@ -898,6 +928,11 @@ void attention_with_plan(const KvLayer& cache, const AttentionShape& shape, cons
   if (cache.kv_dim != shape.n_head_kv * shape.head_dim || cache.n_ctx <= 0) {
     throw Error("attention: the cache's kv_dim " + std::to_string(cache.kv_dim) + " is not " +
                 std::to_string(shape.n_head_kv) + " KV heads x " + std::to_string(shape.head_dim));
+  }
+  if (cache.block_tables == nullptr || cache.max_blocks < backend::kv_blocks_for(cache.n_ctx)) {
+    throw Error("attention: the cache needs block tables of at least " +
+                std::to_string(backend::kv_blocks_for(cache.n_ctx)) + " entries per sequence (got " +
+                std::to_string(cache.max_blocks) + ")");
   }
   if (!aligned(q, 16) || !aligned(out, 16) || !aligned(cache.k, 8) || !aligned(cache.v, 8)) {
     throw Error("attention: q and out must be 16-byte aligned, the K/V cache 8-byte aligned");

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "backends/cuda/device.h"
-#include "backends/batch_check.h"
+#include "backends/kv_blocks.h"
 #include "common/error.h"
 #include "quant/dequantize.h"
 
@@ -18,15 +18,21 @@ namespace {
 // copy of one overlaps the memcpy from the mapping into the other.
 constexpr size_t kStagingBytes = 64ull << 20;
 
+// The sequences' block tables over the pool the options ask for, after the
+// options' own checks (so a bad option is named as such).
+backend::BlockTables block_tables_for(const CudaBackendOptions& o) {
+  if (o.n_ctx <= 0 || o.n_seq <= 0 || o.max_batch <= 0) {
+    throw Error("the context size, sequence count and batch size must be positive");
+  }
+  if (o.kv_blocks < 0) throw Error("the KV block count must not be negative (0: one context per sequence)");
+  return backend::BlockTables(o.n_seq, o.n_ctx, PlanShape{o.n_ctx, o.n_seq, 1, 1, o.kv_blocks}.kv_pool_blocks());
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights,
                          CudaBackendOptions options)
-    : hparams_(hparams), options_(options) {
-  if (options.n_ctx <= 0 || options.n_seq <= 0 || options.max_batch <= 0) {
-    throw Error("the context size, sequence count and batch size must be positive");
-  }
-  filled_.assign(static_cast<size_t>(options.n_seq), 0);
+    : hparams_(hparams), options_(options), tables_(block_tables_for(options)) {
   if (!attention_head_dim_supported(static_cast<int>(hparams.head_dim()))) {
     throw Error("the CUDA attention takes heads of a multiple of 4 values up to 128, or of 8 up to 256; " +
                 hparams.architecture + " has " + std::to_string(hparams.head_dim()) + ": use --cpu");
@@ -40,7 +46,7 @@ CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelW
   const DeviceInfo info = device_info(options.device);
   device_name_ = info.name;
 
-  PlanShape shape{options.n_ctx, options.n_seq, options.max_batch, max_logit_rows_};
+  PlanShape shape{options.n_ctx, options.n_seq, options.max_batch, max_logit_rows_, tables_.n_blocks()};
   plan_ = plan_memory(hparams, weights, shape);
   const uint64_t available =
       options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, info.free_memory_bytes) : info.free_memory_bytes;
@@ -62,15 +68,19 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
   M40_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   upload_weights(weights);
 
-  const uint64_t kv_layer_bytes = static_cast<uint64_t>(options_.n_seq) * options_.n_ctx * hparams_.kv_dim() * 2;
-  kv_memory_ = DeviceAllocation(2 * kv_layer_bytes * hparams_.n_layer);
+  scratch_ = Arena(plan_.scratch);
+  block_tables_ = static_cast<int32_t*>(scratch_.take(tables_.flat().size() * sizeof(int32_t)));
+  host_tables_ = PinnedBuffer(tables_.flat().size() * sizeof(int32_t));
+
+  // The pool: layer l's K at 2 l P and its V at (2 l + 1) P, P = kv_half_bytes_.
+  kv_half_bytes_ = static_cast<uint64_t>(tables_.n_blocks()) * backend::kKvBlockSize * hparams_.kv_dim() * 2;
+  kv_memory_ = DeviceAllocation(2 * kv_half_bytes_ * hparams_.n_layer);
   for (uint32_t l = 0; l < hparams_.n_layer; ++l) {
-    auto* base = static_cast<uint8_t*>(kv_memory_.data()) + 2 * kv_layer_bytes * l;
-    kv_layers_.push_back({reinterpret_cast<uint16_t*>(base), reinterpret_cast<uint16_t*>(base + kv_layer_bytes),
-                          options_.n_ctx, static_cast<int>(hparams_.kv_dim())});
+    auto* base = static_cast<uint8_t*>(kv_memory_.data()) + 2 * kv_half_bytes_ * l;
+    kv_layers_.push_back({reinterpret_cast<uint16_t*>(base), reinterpret_cast<uint16_t*>(base + kv_half_bytes_),
+                          options_.n_ctx, static_cast<int>(hparams_.kv_dim()), block_tables_, tables_.max_blocks()});
   }
 
-  scratch_ = Arena(plan_.scratch);
   const size_t b = options_.max_batch;
   auto floats = [&](size_t n) { return static_cast<float*>(scratch_.take(n * sizeof(float))); };
   x_ = floats(b * hparams_.n_embd);
@@ -451,9 +461,42 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   stage_timer_.collect();
 }
 
-void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) {
-  backend::check_batch(batch, logits.size(), static_cast<int>(hparams_.n_vocab), options_.n_ctx, filled_);
+void CudaBackend::set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) {
+  tables_.set(seq, blocks, n_cached);
+  tables_dirty_ = true;
+}
+
+void CudaBackend::copy_block(int32_t src, int32_t dst) {
+  tables_.check_block(src);
+  tables_.check_block(dst);
+  if (src == dst) return;
   select_device(options_.device);
+  // Block b's rows sit at the same offset in each layer's K and V pool, and
+  // the pools follow one another every kv_half_bytes_: one 2-D copy moves
+  // all 2 x n_layer of them, ordered before the next step on the stream.
+  const size_t block_bytes = static_cast<size_t>(backend::kKvBlockSize) * hparams_.kv_dim() * 2;
+  auto* base = static_cast<uint8_t*>(kv_memory_.data());
+  M40_CUDA_CHECK(cudaMemcpy2DAsync(base + static_cast<size_t>(dst) * block_bytes, kv_half_bytes_,
+                                   base + static_cast<size_t>(src) * block_bytes, kv_half_bytes_, block_bytes,
+                                   2 * static_cast<size_t>(hparams_.n_layer), cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::upload_tables() {
+  if (!tables_dirty_) return;
+  // The previous upload from the staging copy has landed (every step ends
+  // with a synchronize; this one covers a step that threw midway).
+  M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<int32_t>& flat = tables_.flat();
+  std::memcpy(host_tables_.as<int32_t>(), flat.data(), flat.size() * sizeof(int32_t));
+  M40_CUDA_CHECK(cudaMemcpyAsync(block_tables_, host_tables_.as<int32_t>(), flat.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+  tables_dirty_ = false;
+}
+
+void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) {
+  tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab));
+  select_device(options_.device);
+  upload_tables();  // before the step's kernels or graph, on the same stream
   size_t written = 0;
   // Chunks of max_batch tokens, in order: later chunks attend to the K/V the
   // earlier ones appended, so a long prompt needs no larger scratch.
@@ -461,7 +504,7 @@ void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) 
     const size_t end = std::min(batch.size(), begin + options_.max_batch);
     run_chunk(batch, begin, end, logits.data(), written);
   }
-  backend::advance_cached(batch, filled_);
+  tables_.advance(batch);
 }
 
 }  // namespace m40::cuda

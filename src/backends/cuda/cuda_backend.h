@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/block_tables.h"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/matmul.h"
@@ -30,6 +31,7 @@ struct CudaBackendOptions {
   uint64_t vram_budget = 0;  // 0: the device's free memory; otherwise a cap (e.g. 24 GiB to plan as on an M40)
   bool use_graphs = true;
   int max_batch = 512;       // prompt tokens per internal chunk
+  int kv_blocks = 0;         // KV pool blocks (kv_blocks.h); 0: n_seq * kv_blocks_for(n_ctx)
 };
 
 class CudaBackend : public backend::Backend {
@@ -45,6 +47,9 @@ class CudaBackend : public backend::Backend {
   int n_vocab() const override { return static_cast<int>(hparams_.n_vocab); }
   const MemoryPlan& memory_plan() const { return plan_; }
 
+  int n_kv_blocks() const override { return tables_.n_blocks(); }
+  void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override;
+  void copy_block(int32_t src, int32_t dst) override;
   void forward(const backend::Batch& batch, std::span<float> logits) override;
 
  private:
@@ -91,6 +96,8 @@ class CudaBackend : public backend::Backend {
   // n_out consecutive hidden-state rows.
   void enqueue_output(const float* rows, int n_out);
   void run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* logits_out, size_t& logits_written);
+  // Enqueues the upload of the block tables when set_blocks changed them.
+  void upload_tables();
 
   model::ModelHparams hparams_;
   CudaBackendOptions options_;
@@ -105,8 +112,15 @@ class CudaBackend : public backend::Backend {
   const float* rope_factors_ = nullptr;  // the set n_ctx selects (rope_freqs, LongRoPE short or long)
   std::vector<LayerOnDevice> layers_;
 
+  // The paged KV pool: per layer, K then V, each n_kv_blocks x 16 rows of
+  // kv_dim halves; every KvLayer reads the block tables from block_tables_.
   DeviceAllocation kv_memory_;
+  uint64_t kv_half_bytes_ = 0;  // one layer's K (or V) pool
   std::vector<KvLayer> kv_layers_;
+  backend::BlockTables tables_;
+  int32_t* block_tables_ = nullptr;  // device copy of tables_.flat(), in scratch_
+  PinnedBuffer host_tables_;         // its staging copy
+  bool tables_dirty_ = true;         // set_blocks changed tables_ since the last upload
 
   Arena scratch_;
   float *x_, *xn_, *q_, *k_, *v_, *attn_, *gate_, *up_, *logits_, *gathered_;
@@ -115,7 +129,6 @@ class CudaBackend : public backend::Backend {
   PinnedBuffer host_logits_;  // max_logit_rows x n_vocab
   int max_logit_rows_ = 32;
 
-  std::vector<int> filled_;  // cached positions per sequence
   std::map<int, cudaGraphExec_t> decode_graphs_;  // by batch size
   StageTimer stage_timer_;  // M40_CUDA_STAGE_TIMES=1: GPU time per stage, printed at the end
 };

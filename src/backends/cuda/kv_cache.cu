@@ -3,8 +3,9 @@
 // integer-only round-to-nearest-even code the CPU runs, so the cache bytes
 // are identical on both sides.
 //
-// Layout (as the CPU cache's per-layer slice): element d of position pos of
-// sequence slot seq is at ((seq * n_ctx + pos) * kv_dim + d).
+// Layout (paged, as the CPU cache's per-layer pool; backends/kv_blocks.h):
+// element d of position pos of sequence seq is at (row * kv_dim + d), row =
+// kv_row(block_tables + seq * max_blocks, pos).
 // One thread converts four values of K and four of V (a float4 in, eight
 // bytes out) when kv_dim and the pointers allow it, else one of each.
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/kv_blocks.h"
 #include "backends/cuda/layer_kernels.h"
 #include "common/error.h"
 #include "quant/fp16.h"
@@ -30,6 +32,8 @@ struct AppendArgs {
   const float* v;
   const int32_t* seq_ids;
   const int32_t* positions;
+  const int32_t* block_tables;
+  int max_blocks;
   int n_tokens;
   int n_ctx;
   int kv_dim;
@@ -49,7 +53,8 @@ __global__ void __launch_bounds__(kThreads) kv_append_kernel(AppendArgs a) {
     const int32_t pos = __ldg(a.positions + t);
     const int32_t seq = __ldg(a.seq_ids + t);
     if (pos < 0 || pos >= a.n_ctx || seq < 0) continue;
-    const int64_t dst = (static_cast<int64_t>(seq) * a.n_ctx + pos) * a.kv_dim + d;
+    const int64_t row = backend::kv_row(a.block_tables + static_cast<int64_t>(seq) * a.max_blocks, pos);
+    const int64_t dst = row * a.kv_dim + d;
     const int64_t src = t * a.kv_dim + d;
     if constexpr (kWidth == 4) {
       const float4 kf = __ldg(reinterpret_cast<const float4*>(a.k + src));
@@ -77,8 +82,14 @@ void kv_append(const KvLayer& cache, const float* k, const float* v, const int32
     throw Error("kv_append: bad cache shape (n_ctx " + std::to_string(cache.n_ctx) + ", kv_dim " +
                 std::to_string(cache.kv_dim) + ") or token count " + std::to_string(n_tokens));
   }
+  if (cache.block_tables == nullptr || cache.max_blocks < backend::kv_blocks_for(cache.n_ctx)) {
+    throw Error("kv_append: the cache needs block tables of at least " +
+                std::to_string(backend::kv_blocks_for(cache.n_ctx)) + " entries per sequence (got " +
+                std::to_string(cache.max_blocks) + ")");
+  }
   if (n_tokens == 0) return;
-  AppendArgs a{cache.k, cache.v, k, v, seq_ids, positions, n_tokens, cache.n_ctx, cache.kv_dim};
+  AppendArgs a{cache.k,        cache.v,          k,        v,           seq_ids,     positions,
+               cache.block_tables, cache.max_blocks, n_tokens, cache.n_ctx, cache.kv_dim};
   const bool vec = cache.kv_dim % 4 == 0 && aligned(k, 16) && aligned(v, 16) && aligned(cache.k, 8) &&
                    aligned(cache.v, 8);
   const int64_t items = static_cast<int64_t>(n_tokens) * (vec ? cache.kv_dim / 4 : cache.kv_dim);

@@ -104,17 +104,25 @@ struct NextNorm {
 void add_branch(float* x, const float* branch, const BranchJoin& join, int n_rows, int n, cudaStream_t stream,
                 const NextNorm& next = {});
 
-// The KV cache of one layer: for each sequence slot, n_ctx positions of
-// kv_dim halves (FP16 bits) for K and for V.
+// The KV cache of one layer, paged (backends/kv_blocks.h): a pool of
+// blocks of kKvBlockSize positions, each position a row of kv_dim halves
+// (FP16 bits) in k and in v. Position p of sequence s is pool row
+// kv_row(block_tables + s * max_blocks, p). block_tables is a device array
+// [n_seq][max_blocks] (backend::BlockTables::flat()); max_blocks is at least
+// kv_blocks_for(n_ctx). The kernels read the tables from that fixed buffer,
+// so a captured decode graph stays valid when the tables change.
 struct KvLayer {
   uint16_t* k = nullptr;
   uint16_t* v = nullptr;
-  int n_ctx = 0;
+  int n_ctx = 0;   // positions per sequence
   int kv_dim = 0;
+  const int32_t* block_tables = nullptr;
+  int max_blocks = 0;  // the tables' stride
 };
 
 // Converts K and V of n_tokens tokens (FP32, [n_tokens][kv_dim]) to FP16 and
-// stores them at (seq_ids[t], positions[t]). CPU twin: cpu::KvCache::store.
+// stores them at the pool row of (seq_ids[t], positions[t]). CPU twin:
+// cpu::KvCache::store.
 void kv_append(const KvLayer& cache, const float* k, const float* v, const int32_t* seq_ids,
                const int32_t* positions, int n_tokens, cudaStream_t stream);
 
@@ -133,7 +141,8 @@ bool attention_head_dim_supported(int head_dim);
 
 // Causal attention for n_tokens query vectors q ([n_tokens][n_head*head_dim]),
 // token t of sequence seq_ids[t] attending to that sequence's cached
-// positions 0..positions[t] (the last `window` of them when windowed). out
+// positions 0..positions[t] (the last `window` of them when windowed), read
+// through the sequence's block table. out
 // has q's layout. Works for decode (one token per sequence) and prefill (many
 // tokens of one sequence); GQA maps query head h to KV head h / (n_head /
 // n_head_kv). CPU twin: cpu::attention (scaled and optionally soft-capped

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "backends/cuda/device_memory.h"
+#include "backends/kv_blocks.h"
 #include "common/error.h"
 
 namespace m40::cuda {
@@ -55,16 +56,25 @@ MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights&
       plan.weights += weight_bytes(*v);
     }
   }
-  // K and V, FP16, every layer, sequence and position.
-  plan.kv_cache = 2ull * hp.n_layer * shape.n_seq * static_cast<uint64_t>(shape.n_ctx) * hp.kv_dim() * 2;
+  // K and V, FP16, every layer and pool row (kKvBlockSize per block).
+  plan.kv_cache = 2ull * hp.n_layer * static_cast<uint64_t>(shape.kv_pool_blocks()) * backend::kKvBlockSize *
+                  hp.kv_dim() * 2;
   // Activations of one chunk (FP32): x, xn, q, k, v, attention out, gate, up;
-  // the logits of the output-head rows; token/position/sequence ids.
+  // the logits of the output-head rows; token/position/sequence ids; the
+  // sequences' block tables.
   const uint64_t per_token = 2ull * hp.n_embd + 2ull * hp.q_dim() + 2ull * hp.kv_dim() + 2ull * hp.n_ff;
   plan.scratch = per_token * shape.max_batch * sizeof(float) +
                  static_cast<uint64_t>(shape.max_logit_rows) * (hp.n_vocab + hp.n_embd) * sizeof(float) +
-                 3ull * shape.max_batch * sizeof(int32_t) + 16 * Arena::kAlignment;
+                 3ull * shape.max_batch * sizeof(int32_t) +
+                 static_cast<uint64_t>(std::max(shape.n_seq, 0)) * backend::kv_blocks_for(std::max(shape.n_ctx, 0)) *
+                     sizeof(int32_t) +  // the block tables
+                 16 * Arena::kAlignment;
   plan.reserve = 256ull << 20;
   return plan;
+}
+
+int PlanShape::kv_pool_blocks() const {
+  return kv_blocks > 0 ? kv_blocks : std::max(n_seq, 0) * backend::kv_blocks_for(std::max(n_ctx, 0));
 }
 
 void check_plan_fits(const MemoryPlan& plan, uint64_t available, const std::string& where) {

@@ -1,6 +1,6 @@
 // What a model needs on the GPU, computed before anything is allocated:
-// weights in their storage types, the FP16 KV cache and the activation
-// scratch. A plan over the budget is refused with the numbers.
+// weights in their storage types, the FP16 KV cache (a pool of blocks,
+// backends/kv_blocks.h) and the activation scratch. A plan over the budget is refused with the numbers.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,9 @@ struct PlanShape {
   int n_seq = 1;
   int max_batch = 512;      // tokens per forward chunk
   int max_logit_rows = 32;  // output-head rows computed at once
+  int kv_blocks = 0;        // KV pool blocks of kKvBlockSize positions; 0: n_seq * kv_blocks_for(n_ctx)
+  // The pool's blocks, kv_blocks or its default.
+  int kv_pool_blocks() const;
 };
 
 MemoryPlan plan_memory(const model::ModelHparams& hparams, const model::ModelWeights& weights, const PlanShape& shape);

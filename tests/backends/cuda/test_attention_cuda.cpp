@@ -1,5 +1,7 @@
 // The attention kernels against cpu::attention on the same FP16 cache bytes
-// (filled through cpu::KvCache::store and copied to the GPU). Every batch
+// (filled through cpu::KvCache::store and copied to the GPU), read through
+// the same block tables: every sequence's blocks are a shuffled choice from
+// a pool with spare blocks (rows the kernels must not read). Every batch
 // runs through each kernel: the decode kernel with its automatic split, with
 // no split and with a forced odd split; the prefill kernel; and Auto. Scores
 // are scaled by 1/sqrt(head_dim), optionally soft-capped and limited to a
@@ -21,6 +23,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +34,8 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/layer_kernels.h"
+#include "backends/block_tables.h"
+#include "backends/kv_blocks.h"
 #include "common/error.h"
 #include "device_buffer.h"
 #include "layer_test_util.h"
@@ -88,15 +93,22 @@ class Attention : public ::testing::Test {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
-  // A cache of n_seq x n_ctx random K/V rows (stored through the CPU's
-  // store), its bytes on the GPU, and a batch of random queries.
+  // A paged cache for n_seq sequences of n_ctx positions: a pool of
+  // kSpareBlocks more blocks than they need, all rows random (stored through
+  // the CPU's store), each sequence's table a shuffled choice of blocks; its
+  // bytes and tables on the GPU; a batch of random queries.
+  static constexpr int kSpareBlocks = 5;
   struct Problem {
     Problem(const Heads& h, const Scores& s, int n_seq_, int n_ctx_, int n_tokens_)
         : heads(h), scores(s), n_seq(n_seq_), n_ctx(n_ctx_), n_tokens(n_tokens_), kv_dim(h.n_head_kv * h.head_dim),
-          q_dim(h.n_head * h.head_dim), cache(1, n_seq_, n_ctx_, kv_dim, backend::KvType::F16),
-          d_k(static_cast<size_t>(n_seq_) * n_ctx_ * kv_dim), d_v(static_cast<size_t>(n_seq_) * n_ctx_ * kv_dim),
+          q_dim(h.n_head * h.head_dim), max_blocks(backend::kv_blocks_for(n_ctx_)),
+          n_blocks(n_seq_ * max_blocks + kSpareBlocks), cache(1, n_blocks, kv_dim, backend::KvType::F16),
+          tables(n_seq_, n_ctx_, n_blocks), d_k(pool_rows() * kv_dim), d_v(pool_rows() * kv_dim),
           d_q(static_cast<size_t>(n_tokens_) * q_dim), d_out(static_cast<size_t>(n_tokens_) * q_dim),
-          d_seq(static_cast<size_t>(n_tokens_)), d_pos(static_cast<size_t>(n_tokens_)) {}
+          d_seq(static_cast<size_t>(n_tokens_)), d_pos(static_cast<size_t>(n_tokens_)),
+          d_tables(static_cast<size_t>(n_seq_) * max_blocks) {}
+
+    size_t pool_rows() const { return static_cast<size_t>(n_blocks) * backend::kKvBlockSize; }
 
     // The CPU's answer for the batch (seq_ids, positions), uploading both.
     std::vector<float> reference(const std::vector<int32_t>& seq_ids, const std::vector<int32_t>& positions) {
@@ -105,11 +117,11 @@ class Attention : public ::testing::Test {
       std::vector<float> out(q.size());
       const AttentionShape s = shape();
       cpu::attention(cache, 0, cpu::AttentionShape{s.n_head, s.n_head_kv, s.head_dim, s.scale, s.softcap, s.window},
-                     q.data(), seq_ids.data(), positions.data(), n_tokens, out.data(), pool());
+                     q.data(), seq_ids.data(), positions.data(), n_tokens, tables, out.data(), pool());
       return out;
     }
 
-    KvLayer layer() const { return KvLayer{d_k.get(), d_v.get(), n_ctx, kv_dim}; }
+    KvLayer layer() const { return KvLayer{d_k.get(), d_v.get(), n_ctx, kv_dim, d_tables.get(), max_blocks}; }
     AttentionShape shape() const {
       return AttentionShape{heads.n_head, heads.n_head_kv, heads.head_dim,
                             1.0f / std::sqrt(static_cast<float>(heads.head_dim)), scores.softcap, scores.window};
@@ -117,12 +129,13 @@ class Attention : public ::testing::Test {
 
     Heads heads;
     Scores scores;
-    int n_seq, n_ctx, n_tokens, kv_dim, q_dim;
+    int n_seq, n_ctx, n_tokens, kv_dim, q_dim, max_blocks, n_blocks;
     cpu::KvCache cache;
+    backend::BlockTables tables;
     std::vector<float> q;
     DeviceBuffer<uint16_t> d_k, d_v;
     DeviceBuffer<float> d_q, d_out;
-    DeviceBuffer<int32_t> d_seq, d_pos;
+    DeviceBuffer<int32_t> d_seq, d_pos, d_tables;
   };
 
   static std::unique_ptr<Problem> prepare(const Heads& heads, int n_seq, int n_ctx, int n_tokens,
@@ -131,19 +144,30 @@ class Attention : public ::testing::Test {
     std::mt19937 rng(static_cast<uint32_t>(n_ctx * 31 + p->kv_dim));
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
     std::vector<float> k(static_cast<size_t>(p->kv_dim)), v(static_cast<size_t>(p->kv_dim));
-    for (int s = 0; s < n_seq; ++s) {
-      for (int pos = 0; pos < n_ctx; ++pos) {
-        for (auto& x : k) x = unit(rng);
-        for (auto& x : v) x = unit(rng);
-        p->cache.store(0, s, pos, k.data(), v.data());
-      }
+    for (size_t row = 0; row < p->pool_rows(); ++row) {
+      for (auto& x : k) x = unit(rng);
+      for (auto& x : v) x = unit(rng);
+      p->cache.store(0, static_cast<int64_t>(row), k.data(), v.data());
     }
+    shuffle_tables(*p, static_cast<uint32_t>(rng()));
     p->q.resize(static_cast<size_t>(n_tokens) * p->q_dim);
     for (auto& x : p->q) x = scores.q_scale * unit(rng);
-    M40_CUDA_CHECK(cudaMemcpy(p->d_k.get(), p->cache.keys<uint16_t>(0, 0), p->d_k.bytes(), cudaMemcpyHostToDevice));
-    M40_CUDA_CHECK(cudaMemcpy(p->d_v.get(), p->cache.values<uint16_t>(0, 0), p->d_v.bytes(), cudaMemcpyHostToDevice));
+    M40_CUDA_CHECK(cudaMemcpy(p->d_k.get(), p->cache.keys<uint16_t>(0), p->d_k.bytes(), cudaMemcpyHostToDevice));
+    M40_CUDA_CHECK(cudaMemcpy(p->d_v.get(), p->cache.values<uint16_t>(0), p->d_v.bytes(), cudaMemcpyHostToDevice));
     test::to_device(p->d_q, p->q);
     return p;
+  }
+
+  // Gives every sequence a new shuffled choice of the pool's blocks, on both
+  // sides (the GPU's tables in place, as the backend uploads them).
+  static void shuffle_tables(Problem& p, uint32_t seed) {
+    std::vector<int32_t> blocks(static_cast<size_t>(p.n_blocks));
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::shuffle(blocks.begin(), blocks.end(), std::mt19937(seed));
+    for (int s = 0; s < p.n_seq; ++s) {
+      p.tables.set(s, std::span<const int32_t>(blocks.data() + static_cast<size_t>(s) * p.max_blocks, p.max_blocks), 0);
+    }
+    test::to_device(p.d_tables, p.tables.flat());
   }
 
   // Runs the batch on the CPU and through every kernel plan, and compares.
@@ -333,10 +357,14 @@ TEST_F(Attention, DecodeCapturedInAGraphFollowsThePositionsAtReplay) {
     const cudaError_t status = cudaGraphInstantiateWithFlags(&exec, graph, 0);
     cudaGraphDestroy(graph);
     M40_CUDA_CHECK(status);
+    int replay = 0;
     for (const std::vector<int32_t>& positions :
-         {std::vector<int32_t>{10, 2999, 500}, std::vector<int32_t>{11, 0, 2048}, std::vector<int32_t>{1700, 1, 63}}) {
-      SCOPED_TRACE("positions " + std::to_string(positions[0]) + ", " + std::to_string(positions[1]) + ", " +
-                   std::to_string(positions[2]));
+         {std::vector<int32_t>{10, 2999, 500}, std::vector<int32_t>{11, 0, 2048}, std::vector<int32_t>{1700, 1, 63},
+          std::vector<int32_t>{1700, 1, 63}}) {
+      // The last replay after new tables in the same buffer (set_blocks).
+      if (++replay == 4) shuffle_tables(*p, 1234);
+      SCOPED_TRACE("replay " + std::to_string(replay) + ", positions " + std::to_string(positions[0]) + ", " +
+                   std::to_string(positions[1]) + ", " + std::to_string(positions[2]));
       const std::vector<float> cpu_out = p->reference(seq_ids, positions);
       test::poison(p->d_out);
       M40_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
@@ -349,6 +377,8 @@ TEST_F(Attention, DecodeCapturedInAGraphFollowsThePositionsAtReplay) {
 
 TEST_F(Attention, PositionsOutsideTheContextGiveNaN) {
   const int n_ctx = 16, head_dim = 64;
+  DeviceBuffer<int32_t> d_table(1);
+  test::to_device(d_table, std::vector<int32_t>{0});
   DeviceBuffer<uint16_t> d_k(n_ctx * head_dim), d_v(n_ctx * head_dim);
   M40_CUDA_CHECK(cudaMemset(d_k.get(), 0, d_k.bytes()));
   M40_CUDA_CHECK(cudaMemset(d_v.get(), 0, d_v.bytes()));
@@ -364,7 +394,8 @@ TEST_F(Attention, PositionsOutsideTheContextGiveNaN) {
                                    AttentionPlan{AttentionKernel::Prefill, 0}}) {
     SCOPED_TRACE(describe(plan));
     M40_CUDA_CHECK(cudaMemset(d_out.get(), 0, d_out.bytes()));
-    detail::attention_with_plan(KvLayer{d_k.get(), d_v.get(), n_ctx, head_dim}, shape, d_q.get(), d_seq.get(),
+    detail::attention_with_plan(KvLayer{d_k.get(), d_v.get(), n_ctx, head_dim, d_table.get(), 1}, shape, d_q.get(),
+                                d_seq.get(),
                                 d_pos.get(), 3, n_ctx, d_out.get(), stream_, plan);
     const auto out = test::from_device(d_out);
     for (int d = 0; d < head_dim; ++d) {
@@ -384,12 +415,19 @@ TEST(AttentionArguments, HeadDimsTheKernelsTake) {
 TEST(AttentionArguments, ShapeErrorsNameTheProblem) {
   alignas(16) static float buffer[64];
   alignas(16) static uint16_t cache[64];
-  const KvLayer layer{cache, cache, 4, 16};
+  static const int32_t table[1] = {0};
+  const KvLayer layer{cache, cache, 4, 16, table, 1};
   EXPECT_THROW(attention(layer, AttentionShape{6, 4, 4, 0.5f}, buffer, nullptr, nullptr, 1, 1, buffer, nullptr),
                Error);  // 6 heads over 4 KV heads
-  EXPECT_THROW(attention(KvLayer{cache, cache, 4, 12}, AttentionShape{2, 2, 6, 0.5f}, buffer, nullptr, nullptr, 1,
-                         1, buffer, nullptr),
+  EXPECT_THROW(attention(KvLayer{cache, cache, 4, 12, table, 1}, AttentionShape{2, 2, 6, 0.5f}, buffer, nullptr,
+                         nullptr, 1, 1, buffer, nullptr),
                Error);  // head_dim not a multiple of 4
+  EXPECT_THROW(attention(KvLayer{cache, cache, 4, 16}, AttentionShape{4, 4, 4, 0.5f}, buffer, nullptr, nullptr, 1, 1,
+                         buffer, nullptr),
+               Error);  // no block tables
+  EXPECT_THROW(attention(KvLayer{cache, cache, 40, 16, table, 1}, AttentionShape{4, 4, 4, 0.5f}, buffer, nullptr,
+                         nullptr, 1, 1, buffer, nullptr),
+               Error);  // tables of 1 entry for a context of 3 blocks
   EXPECT_THROW(attention(layer, AttentionShape{4, 2, 4, 0.5f}, buffer, nullptr, nullptr, 1, 1, buffer, nullptr),
                Error);  // kv_dim 16 is not 2 x 4
   EXPECT_THROW(attention(layer, AttentionShape{4, 4, 4, 0.5f}, buffer + 1, nullptr, nullptr, 1, 1, buffer, nullptr),

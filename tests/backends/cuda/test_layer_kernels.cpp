@@ -29,15 +29,18 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backends/cpu/kv_cache.h"
+#include "backends/block_tables.h"
 #include "backends/cpu/ops.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/layer_kernels.h"
+#include "backends/kv_blocks.h"
 #include "common/error.h"
 #include "device_buffer.h"
 #include "layer_test_util.h"
@@ -601,47 +604,55 @@ void check_kv_append(cudaStream_t stream, int n_seq, int n_ctx, int kv_dim) {
   for (size_t i = 3; i < k.size(); i += 101) k[i] = 70000.0f;
   for (size_t i = 5; i < v.size(); i += 13) v[i] = 1.0f + 1.0f / 2048.0f;  // halfway between two halves
 
-  cpu::KvCache cache(1, n_seq, n_ctx, kv_dim, backend::KvType::F16);
+  // The paged pool: every sequence's blocks a shuffled choice of a pool
+  // with 3 spare blocks, whose rows must keep their poison.
+  const int max_blocks = backend::kv_blocks_for(n_ctx);
+  const int n_blocks = n_seq * max_blocks + 3;
+  backend::BlockTables tables(n_seq, n_ctx, n_blocks);
+  std::vector<int32_t> blocks(static_cast<size_t>(n_blocks));
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  for (int s = 0; s < n_seq; ++s) {
+    tables.set(s, std::span<const int32_t>(blocks.data() + static_cast<size_t>(s) * max_blocks, max_blocks), 0);
+  }
+  const size_t pool_rows = static_cast<size_t>(n_blocks) * backend::kKvBlockSize;
+
+  cpu::KvCache cache(1, n_blocks, kv_dim, backend::KvType::F16);
+  std::vector<bool> stored(pool_rows, false);
   for (int t = 0; t < n_tokens; ++t) {
-    cache.store(0, seq_ids[static_cast<size_t>(t)], positions[static_cast<size_t>(t)],
-                k.data() + static_cast<int64_t>(t) * kv_dim, v.data() + static_cast<int64_t>(t) * kv_dim);
+    const int64_t row = backend::kv_row(tables.table(seq_ids[static_cast<size_t>(t)]), positions[static_cast<size_t>(t)]);
+    cache.store(0, row, k.data() + static_cast<int64_t>(t) * kv_dim, v.data() + static_cast<int64_t>(t) * kv_dim);
+    stored[static_cast<size_t>(row)] = true;
   }
 
-  const size_t cache_values = static_cast<size_t>(n_seq) * n_ctx * kv_dim;
-  DeviceBuffer<uint16_t> d_k_cache(cache_values), d_v_cache(cache_values);
+  DeviceBuffer<uint16_t> d_k_cache(pool_rows * kv_dim), d_v_cache(pool_rows * kv_dim);
   DeviceBuffer<float> d_k(k.size()), d_v(v.size());
-  DeviceBuffer<int32_t> d_seq(seq_ids.size()), d_pos(positions.size());
+  DeviceBuffer<int32_t> d_seq(seq_ids.size()), d_pos(positions.size()), d_tables(tables.flat().size());
   poison(d_k_cache);
   poison(d_v_cache);
   to_device(d_k, k);
   to_device(d_v, v);
   to_device(d_seq, seq_ids);
   to_device(d_pos, positions);
-  kv_append(KvLayer{d_k_cache.get(), d_v_cache.get(), n_ctx, kv_dim}, d_k.get(), d_v.get(), d_seq.get(),
-            d_pos.get(), n_tokens, stream);
+  to_device(d_tables, tables.flat());
+  kv_append(KvLayer{d_k_cache.get(), d_v_cache.get(), n_ctx, kv_dim, d_tables.get(), max_blocks}, d_k.get(), d_v.get(),
+            d_seq.get(), d_pos.get(), n_tokens, stream);
   const auto gpu_k = from_device(d_k_cache);
   const auto gpu_v = from_device(d_v_cache);
 
-  // Stored slots: the CPU's bits. Others: still the poison (no stray writes).
-  std::vector<bool> stored(static_cast<size_t>(n_seq) * n_ctx, false);
-  for (int t = 0; t < n_tokens; ++t) {
-    stored[static_cast<size_t>(seq_ids[static_cast<size_t>(t)]) * n_ctx + positions[static_cast<size_t>(t)]] = true;
-  }
+  // Stored rows: the CPU's bits. Others (spare blocks, unsent positions):
+  // still the poison (no stray writes).
+  const uint16_t* cpu_k = cache.keys<uint16_t>(0);
+  const uint16_t* cpu_v = cache.values<uint16_t>(0);
   int64_t mismatches = 0;
-  for (int s = 0; s < n_seq; ++s) {
-    const uint16_t* cpu_k = cache.keys<uint16_t>(0, s);
-    const uint16_t* cpu_v = cache.values<uint16_t>(0, s);
-    for (int p = 0; p < n_ctx; ++p) {
-      const bool here = stored[static_cast<size_t>(s) * n_ctx + p];
-      for (int d = 0; d < kv_dim; ++d) {
-        const size_t i = (static_cast<size_t>(s) * n_ctx + p) * kv_dim + d;
-        const size_t local = static_cast<size_t>(p) * kv_dim + d;
-        const uint16_t want_k = here ? cpu_k[local] : uint16_t{0xffff};
-        const uint16_t want_v = here ? cpu_v[local] : uint16_t{0xffff};
-        if ((gpu_k[i] != want_k || gpu_v[i] != want_v) && ++mismatches <= 5) {
-          ADD_FAILURE() << "seq " << s << " pos " << p << " dim " << d << ": GPU " << gpu_k[i] << "/" << gpu_v[i]
-                        << ", expected " << want_k << "/" << want_v;
-        }
+  for (size_t row = 0; row < pool_rows; ++row) {
+    for (int d = 0; d < kv_dim; ++d) {
+      const size_t i = row * kv_dim + d;
+      const uint16_t want_k = stored[row] ? cpu_k[i] : uint16_t{0xffff};
+      const uint16_t want_v = stored[row] ? cpu_v[i] : uint16_t{0xffff};
+      if ((gpu_k[i] != want_k || gpu_v[i] != want_v) && ++mismatches <= 5) {
+        ADD_FAILURE() << "pool row " << row << " dim " << d << ": GPU " << gpu_k[i] << "/" << gpu_v[i]
+                      << ", expected " << want_k << "/" << want_v;
       }
     }
   }
@@ -653,6 +664,7 @@ TEST_F(LayerKernels, KvAppendStoresTheCpuHalvesBitForBit) {
   check_kv_append(stream_, 2, 50, 4 * 16);
   check_kv_append(stream_, 2, 33, 2 * 4);    // the 2-head test model
   check_kv_append(stream_, 2, 17, 6);        // kv_dim not a multiple of 4: scalar path
+  check_kv_append(stream_, 5, 40, 2 * 64);   // a last block of 8 positions
 }
 
 TEST_F(LayerKernels, KvAppendSkipsPositionsOutsideTheContext) {
@@ -662,14 +674,15 @@ TEST_F(LayerKernels, KvAppendSkipsPositionsOutsideTheContext) {
   const auto k = random_floats(3 * kv_dim, -1.0f, 1.0f, 1);
   DeviceBuffer<uint16_t> d_k_cache(n_ctx * kv_dim), d_v_cache(n_ctx * kv_dim);
   DeviceBuffer<float> d_k(k.size());
-  DeviceBuffer<int32_t> d_seq(3), d_pos(3);
+  DeviceBuffer<int32_t> d_seq(3), d_pos(3), d_table(1);
   poison(d_k_cache);
   poison(d_v_cache);
   to_device(d_k, k);
   to_device(d_seq, seq_ids);
   to_device(d_pos, positions);
-  kv_append(KvLayer{d_k_cache.get(), d_v_cache.get(), n_ctx, kv_dim}, d_k.get(), d_k.get(), d_seq.get(),
-            d_pos.get(), 3, stream_);
+  to_device(d_table, std::vector<int32_t>{0});
+  kv_append(KvLayer{d_k_cache.get(), d_v_cache.get(), n_ctx, kv_dim, d_table.get(), 1}, d_k.get(), d_k.get(),
+            d_seq.get(), d_pos.get(), 3, stream_);
   const auto out = from_device(d_k_cache);
   for (int p = 0; p < n_ctx; ++p) {
     for (int d = 0; d < kv_dim; ++d) {

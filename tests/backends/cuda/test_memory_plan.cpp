@@ -34,9 +34,16 @@ TEST(MemoryPlan, CountsWeightsKvCacheAndScratch) {
   EXPECT_GE(plan.weights, tensor_bytes);
   EXPECT_LE(plan.weights, tensor_bytes + 256 * model->file.tensors().size());
   // K and V in FP16: 2 tensors x 2 layers x 4 sequences x 512 positions x (2 KV heads x 64) x 2 bytes.
+  // (By default the pool holds one whole context per sequence: 4 x 32 blocks of 16.)
   EXPECT_EQ(plan.kv_cache, 2ull * 2 * 4 * 512 * 128 * 2);
   EXPECT_GT(plan.scratch, 64ull * 768 * 4);
   EXPECT_EQ(plan.total(), plan.weights + plan.kv_cache + plan.scratch + plan.reserve);
+  // A pool of 50 blocks of 16 positions (paged: fewer than 4 whole contexts).
+  cuda::PlanShape paged = shape;
+  paged.kv_blocks = 50;
+  EXPECT_EQ(paged.kv_pool_blocks(), 50);
+  EXPECT_EQ(cuda::plan_memory(model->hparams, model->weights, paged).kv_cache, 2ull * 2 * 50 * 16 * 128 * 2);
+  EXPECT_EQ(cuda::plan_memory(model->hparams, model->weights, paged).scratch, plan.scratch);  // the same tables
 }
 
 // Every tensor the forward pass reads is counted, the architectures' vectors
