@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "engine/sampler.h"
-#include "engine/stop_strings.h"
+#include "engine/token_loop.h"
 
 namespace m40::cli {
 
@@ -91,16 +90,13 @@ TurnResult ChatSession::answer(const std::vector<int32_t>& prompt, const engine:
   const int n_ctx = backend_.n_ctx();
   TurnResult result;
   result.prompt_tokens = static_cast<int>(prompt.size());
-  engine::Sampler sampler(options.sampler, backend_.n_vocab());
-  for (int32_t t : prompt) sampler.accept(t);
+  engine::TokenLoop loop(vocab_, options.sampler, backend_.n_vocab(),
+                         {options.max_tokens, options.stop, options.ignore_eos}, prompt);
   std::vector<float> logits(static_cast<size_t>(backend_.n_vocab()));
   const auto prompt_start = Clock::now();
   const bool prefilled = prefill(prompt, options.batch_size, logits, cancel, result.reused_tokens);
   result.prompt_seconds = seconds_since(prompt_start);
 
-  // The same loop as engine::Generator, over the cache this session keeps.
-  tokenizer::StreamingDetokenizer detok(vocab_, {.render_special = false, .sequence_start = false});
-  engine::StopStringFilter stops(options.stop);
   const auto emit = [&](const std::string& piece) {
     if (piece.empty()) return;
     result.answer += piece;
@@ -108,53 +104,29 @@ TurnResult ChatSession::answer(const std::vector<int32_t>& prompt, const engine:
   };
   const auto generate_start = Clock::now();
   int pos = static_cast<int>(prompt.size());
-  result.finish_reason = prefilled ? engine::FinishReason::MaxTokens : engine::FinishReason::Cancelled;
-  std::string text;
+  result.finish_reason = engine::FinishReason::Cancelled;
   backend::Batch batch;
-  while (prefilled && options.max_tokens != 0) {
-    const int32_t token = sampler.sample(logits);
-    sampler.accept(token);
-    if (!options.ignore_eos && vocab_.is_end_of_generation(token)) {
-      result.finish_reason = engine::FinishReason::EndOfGeneration;
+  while (prefilled) {
+    engine::TokenLoop::Step step = loop.next(logits, pos, n_ctx);
+    emit(step.text);
+    if (step.finish) {
+      result.finish_reason = *step.finish;
       break;
     }
-    ++result.generated_tokens;
-    text.clear();
-    detok.push(token, text);
-    emit(stops.push(text));
-    if (stops.stopped()) {
-      result.finish_reason = engine::FinishReason::StopString;
-      break;
-    }
-    if (cancel.load()) {
-      result.finish_reason = engine::FinishReason::Cancelled;
-      break;
-    }
-    if (pos >= n_ctx) {
-      result.finish_reason = engine::FinishReason::ContextFull;
-      break;
-    }
-    if (options.max_tokens > 0 && result.generated_tokens >= options.max_tokens) {
-      result.finish_reason = engine::FinishReason::MaxTokens;
-      break;
-    }
+    if (cancel.load()) break;
     batch.clear();
-    batch.add(token, pos++, 0, true);
+    batch.add(step.token, pos++, 0, true);
     try {
       backend_.forward(batch, logits);
     } catch (...) {
       cached_.clear();
       throw;
     }
-    cached_.push_back(token);
+    cached_.push_back(step.token);
   }
-  if (result.finish_reason != engine::FinishReason::StopString) {
-    text.clear();
-    detok.flush(text);
-    std::string rest = stops.push(text);
-    if (!stops.stopped()) rest += stops.flush();
-    emit(rest);
-  }
+  // A cancelled answer is kept as far as it got, held-back text included.
+  if (result.finish_reason == engine::FinishReason::Cancelled) emit(loop.finish());
+  result.generated_tokens = loop.generated();
   result.generate_seconds = seconds_since(generate_start);
   messages_.push_back({{"role", "assistant"}, {"content", result.answer}});
   return result;

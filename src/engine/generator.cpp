@@ -4,20 +4,8 @@
 #include <chrono>
 
 #include "common/error.h"
-#include "engine/stop_strings.h"
 
 namespace m40::engine {
-
-std::string_view finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::EndOfGeneration: return "stop";
-    case FinishReason::StopString: return "stop";
-    case FinishReason::MaxTokens: return "length";
-    case FinishReason::ContextFull: return "length";
-    case FinishReason::Cancelled: return "cancelled";
-  }
-  return "stop";
-}
 
 Generator::Generator(backend::Backend& backend, const tokenizer::Vocab& vocab) : backend_(backend), vocab_(vocab) {
   if (static_cast<size_t>(backend.n_vocab()) < vocab.size()) {
@@ -38,11 +26,8 @@ GenerationResult Generator::generate(std::span<const int32_t> prompt, const Gene
                 std::to_string(n_ctx) + " (leaving room for at least one new token): shorten the prompt or raise --ctx");
   }
   const int n_vocab = backend_.n_vocab();
-  Sampler sampler(options.sampler, n_vocab);
-  for (int32_t t : prompt) {
-    vocab_.check_id(t);
-    sampler.accept(t);
-  }
+  for (int32_t t : prompt) vocab_.check_id(t);
+  TokenLoop loop(vocab_, options.sampler, n_vocab, {options.max_tokens, options.stop, options.ignore_eos}, prompt);
 
   GenerationResult result;
   result.prompt_tokens = n_prompt;
@@ -59,51 +44,24 @@ GenerationResult Generator::generate(std::span<const int32_t> prompt, const Gene
   result.prompt_seconds = std::chrono::duration<double>(clock::now() - prompt_start).count();
   if (last_prompt_logits != nullptr) *last_prompt_logits = logits;
 
-  tokenizer::StreamingDetokenizer detok(vocab_, {.render_special = false, .sequence_start = false});
-  StopStringFilter stops(options.stop);
-  std::string text;
-  auto emit = [&](const std::string& piece) { return piece.empty() || on_text(piece); };
-
   const auto generate_start = clock::now();
   int pos = n_prompt;
-  result.finish_reason = FinishReason::MaxTokens;
-  while (options.max_tokens != 0) {
-    const int32_t token = sampler.sample(logits);
-    sampler.accept(token);
-    if (!options.ignore_eos && vocab_.is_end_of_generation(token)) {
-      result.finish_reason = FinishReason::EndOfGeneration;
-      break;
-    }
-    result.tokens.push_back(token);
-    text.clear();
-    detok.push(token, text);
-    if (!emit(stops.push(text))) {
+  for (;;) {
+    TokenLoop::Step step = loop.next(logits, pos, n_ctx);
+    // A caller that stops reading cancels the answer.
+    if (!step.text.empty() && !on_text(step.text)) {
       result.finish_reason = FinishReason::Cancelled;
       break;
     }
-    if (stops.stopped()) {
-      result.finish_reason = FinishReason::StopString;
-      break;
-    }
-    if (pos >= n_ctx) {
-      result.finish_reason = FinishReason::ContextFull;
-      break;
-    }
-    if (options.max_tokens >= 0 && static_cast<int>(result.tokens.size()) >= options.max_tokens) {
-      result.finish_reason = FinishReason::MaxTokens;
+    if (step.finish) {
+      result.finish_reason = *step.finish;
       break;
     }
     batch.clear();
-    batch.add(token, pos++, options.seq, true);
+    batch.add(step.token, pos++, options.seq, true);
     backend_.forward(batch, logits);
   }
-  if (result.finish_reason != FinishReason::Cancelled && result.finish_reason != FinishReason::StopString) {
-    text.clear();
-    detok.flush(text);
-    std::string rest = stops.push(text);
-    if (!stops.stopped()) rest += stops.flush();
-    emit(rest);
-  }
+  result.tokens = loop.tokens();
   result.generate_seconds = std::chrono::duration<double>(clock::now() - generate_start).count();
   return result;
 }

@@ -1,7 +1,7 @@
 // One sequence from prompt to finish: the prompt in batches, then one token
-// per step through the sampler, streamed as UTF-8-safe text, until an
-// end-of-generation token, a stop string, the token limit or the end of the
-// context. The one-shot `run` uses it; the server's scheduler interleaves
+// per step through the TokenLoop (sampling, UTF-8-safe text, the end
+// checks), until an end-of-generation token, a stop string, the token limit
+// or the end of the context. The one-shot `run` uses it; the server's scheduler interleaves
 // many such sequences itself.
 #pragma once
 
@@ -14,12 +14,10 @@
 
 #include "backends/backend.h"
 #include "engine/sampler.h"
+#include "engine/token_loop.h"
 #include "tokenizer/vocab.h"
 
 namespace m40::engine {
-
-enum class FinishReason { EndOfGeneration, StopString, MaxTokens, ContextFull, Cancelled };
-std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", ...
 
 struct GenerationOptions {
   SamplerParams sampler;

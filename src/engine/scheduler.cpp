@@ -4,7 +4,6 @@
 #include <cstdio>
 
 #include "backends/kv_blocks.h"
-#include "engine/stop_strings.h"
 
 namespace m40::engine {
 
@@ -47,7 +46,7 @@ void RequestStream::push(StreamEvent event) {
 
 struct Scheduler::Pending {
   RequestParams params;
-  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TokenLoop> loop;  // sampling, the end checks and the text shown
   std::shared_ptr<RequestStream> stream;
   Clock::time_point queued_at;
 };
@@ -57,9 +56,7 @@ struct Scheduler::Slot {
       : request(std::move(p)),
         seq(seq_id),
         order(admission),
-        tokens(request->params.prompt),
-        detok(vocab, {.render_special = false, .sequence_start = false}),
-        stops(request->params.stop) {}
+        tokens(request->params.prompt) {}
 
   // Tokens still to feed: the prompt's rest while reading, one sampled
   // token while decoding.
@@ -77,8 +74,6 @@ struct Scheduler::Slot {
   std::vector<uint64_t> hashes;   // chain hashes of its first hashes.size() blocks (full, published)
   bool has_blocks = false;        // false: preempted (or not yet placed), waiting for room
   bool answered = false;          // the first logits came (the prompt was read once)
-  tokenizer::StreamingDetokenizer detok;
-  StopStringFilter stops;
   RequestTimings timings;
   Clock::time_point prompt_start{};
   Clock::time_point generate_start{};
@@ -129,9 +124,9 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params) {
   auto pending = std::make_unique<Pending>();
   try {
     for (int32_t t : params.prompt) vocab_.check_id(t);
-    pending->sampler = std::make_unique<Sampler>(params.sampler, n_vocab_);
+    pending->loop = std::make_unique<TokenLoop>(vocab_, params.sampler, n_vocab_,
+                                                AnswerLimits{params.max_tokens, params.stop, params.ignore_eos}, params.prompt);
     // The prompt is in the penalty window, as in llama.cpp's server and Generator.
-    for (int32_t t : params.prompt) pending->sampler->accept(t);
   } catch (const Error& e) {
     throw RequestRejected(R::Invalid, e.what());
   }
@@ -175,14 +170,10 @@ SchedulerStats Scheduler::stats() const {
 }
 
 void Scheduler::finish(Slot& slot, FinishReason reason) {
-  if (reason != FinishReason::Cancelled && reason != FinishReason::StopString) {
-    // Release what the detokenizer and the stop filter hold back.
-    std::string text;
-    slot.detok.flush(text);
-    std::string rest = slot.stops.push(text);
-    if (!slot.stops.stopped()) rest += slot.stops.flush();
-    if (!rest.empty()) slot.request->stream->push(StreamEvent::piece(std::move(rest)));
-  }
+  // Ended from outside (the answer's own end came with its text in
+  // advance()): release what is held back, unless nobody reads it.
+  std::string rest = slot.request->loop->finish();
+  if (reason != FinishReason::Cancelled && !rest.empty()) slot.request->stream->push(StreamEvent::piece(std::move(rest)));
   if (slot.answered) slot.timings.generate_seconds = seconds_between(slot.generate_start, Clock::now());
   slot.request->stream->push(StreamEvent::done(reason, slot.timings));
   slot.done = true;
@@ -493,7 +484,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   for (auto& [slot, message] : failed) fail(*slot, message);
   for (auto [slot, reason] : ended) {
     try {
-      finish(*slot, reason);  // flushes the detokenizer and the stop filter
+      finish(*slot, reason);
     } catch (const std::exception& e) {
       fail(*slot, e.what());
     }
@@ -503,20 +494,11 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
 // Samples one slot's next token from its row of logits and pushes its text.
 // Returns why the request ends, if it does.
 std::optional<FinishReason> Scheduler::advance(Slot& slot, std::span<const float> logits) {
-  const auto& params = slot.request->params;
-  if (params.max_tokens == 0) return FinishReason::MaxTokens;
-  const int32_t token = slot.request->sampler->sample(logits);
-  slot.request->sampler->accept(token);
-  if (!params.ignore_eos && vocab_.is_end_of_generation(token)) return FinishReason::EndOfGeneration;
-  ++slot.timings.generated_tokens;
-  std::string text;
-  slot.detok.push(token, text);
-  std::string shown = slot.stops.push(text);
-  if (!shown.empty()) slot.request->stream->push(StreamEvent::piece(std::move(shown)));
-  if (slot.stops.stopped()) return FinishReason::StopString;
-  if (slot.n_kv >= n_ctx_) return FinishReason::ContextFull;
-  if (params.max_tokens >= 0 && slot.timings.generated_tokens >= params.max_tokens) return FinishReason::MaxTokens;
-  slot.tokens.push_back(token);
+  TokenLoop::Step step = slot.request->loop->next(logits, slot.n_kv, n_ctx_);
+  slot.timings.generated_tokens = slot.request->loop->generated();
+  if (!step.text.empty()) slot.request->stream->push(StreamEvent::piece(std::move(step.text)));
+  if (step.finish) return step.finish;
+  slot.tokens.push_back(step.token);
   return std::nullopt;
 }
 

@@ -340,6 +340,9 @@ Vocab Vocab::from_metadata(const Metadata& md) {
   for (TokenId id : {v.special.eos, v.special.eot, v.special.eom}) {
     if (id != kNoToken) v.end_of_generation[id] = true;
   }
+  for (TokenId id = 0; id < static_cast<TokenId>(n); ++id) {
+    if (v.end_of_generation[id]) v.end_of_generation_ids.push_back(id);
+  }
 
   v.build_special_index();
 
@@ -411,6 +414,7 @@ bool Vocab::is_control(TokenId id) const {
 bool Vocab::is_end_of_generation(TokenId id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->end_of_generation.size() && impl_->end_of_generation[id];
 }
+const std::vector<TokenId>& Vocab::end_of_generation_tokens() const { return impl_->end_of_generation_ids; }
 std::optional<TokenId> Vocab::find(std::string_view text) const {
   const TokenId id = impl_->lookup(text);
   if (id == kNoToken) return std::nullopt;

@@ -99,6 +99,8 @@ class Vocab {
   TokenType type(TokenId id) const;
   bool is_control(TokenId id) const;      // control or unknown type: not text
   bool is_end_of_generation(TokenId id) const;
+  // Every end-of-generation token (EOS, EOT, EOM and the known end names), ascending.
+  const std::vector<TokenId>& end_of_generation_tokens() const;
   std::optional<TokenId> find(std::string_view text) const;
   size_t merge_count() const;
 

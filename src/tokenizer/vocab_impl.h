@@ -137,6 +137,7 @@ struct Vocab::Impl {
 
   SpecialTokens special;
   std::vector<bool> end_of_generation;
+  std::vector<TokenId> end_of_generation_ids;  // the same, as a list
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = false;

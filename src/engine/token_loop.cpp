@@ -1,0 +1,89 @@
+#include "engine/token_loop.h"
+
+#include <algorithm>
+
+namespace m40::engine {
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::EndOfGeneration: return "stop";
+    case FinishReason::StopString: return "stop";
+    case FinishReason::MaxTokens: return "length";
+    case FinishReason::ContextFull: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "stop";
+}
+
+namespace {
+
+// The request's stop strings, then the texts of the end-of-generation
+// tokens (unless the answer goes past them).
+std::vector<std::string> stops_with_end_texts(const tokenizer::Vocab& vocab, const AnswerLimits& limits) {
+  std::vector<std::string> stops = limits.stop;
+  if (limits.ignore_eos) return stops;
+  for (tokenizer::TokenId id : vocab.end_of_generation_tokens()) {
+    const std::string& text = vocab.text(id);
+    if (!text.empty() && std::find(stops.begin(), stops.end(), text) == stops.end()) stops.push_back(text);
+  }
+  return stops;
+}
+
+}  // namespace
+
+TokenLoop::TokenLoop(const tokenizer::Vocab& vocab, const SamplerParams& sampler, int n_vocab, AnswerLimits limits,
+                     std::span<const int32_t> prompt)
+    : vocab_(vocab),
+      sampler_(sampler, n_vocab),
+      limits_(std::move(limits)),
+      detok_(vocab, {.render_special = false, .sequence_start = false}),
+      stops_(stops_with_end_texts(vocab, limits_)),
+      user_stops_(limits_.stop.size()) {
+  for (int32_t t : prompt) sampler_.accept(t);
+}
+
+std::string TokenLoop::release_held() {
+  std::string text;
+  detok_.flush(text);
+  std::string rest = stops_.push(text);
+  if (!stops_.stopped()) rest += stops_.flush();
+  return rest;
+}
+
+TokenLoop::Step TokenLoop::next(std::span<const float> logits, int n_fed, int n_ctx) {
+  Step step;
+  const auto end = [&](FinishReason reason, bool release) {
+    ended_ = true;
+    if (release) step.text += release_held();
+    step.finish = reason;
+    return step;
+  };
+  if (ended_) return end(FinishReason::Cancelled, false);
+  if (limits_.max_tokens == 0) return end(FinishReason::MaxTokens, true);
+  const int32_t token = sampler_.sample(logits);
+  sampler_.accept(token);
+  if (!limits_.ignore_eos && vocab_.is_end_of_generation(token)) return end(FinishReason::EndOfGeneration, true);
+  tokens_.push_back(token);
+  std::string text;
+  detok_.push(token, text);
+  step.text = stops_.push(text);
+  if (stops_.stopped()) {
+    // The request's own stop string, or an end token spelled out in text.
+    const auto& user = limits_.stop;
+    const bool user_stop = std::find(user.begin(), user.begin() + static_cast<std::ptrdiff_t>(user_stops_),
+                                     stops_.matched()) != user.begin() + static_cast<std::ptrdiff_t>(user_stops_);
+    return end(user_stop ? FinishReason::StopString : FinishReason::EndOfGeneration, false);
+  }
+  if (n_fed >= n_ctx) return end(FinishReason::ContextFull, true);
+  if (limits_.max_tokens >= 0 && generated() >= limits_.max_tokens) return end(FinishReason::MaxTokens, true);
+  step.token = token;
+  return step;
+}
+
+std::string TokenLoop::finish() {
+  if (ended_) return {};
+  ended_ = true;
+  return release_held();
+}
+
+}  // namespace m40::engine

@@ -1,0 +1,69 @@
+// What follows each forward step of an answer, written once for every
+// caller (the one-shot Generator, the server's Scheduler, the CLI chat):
+// sample the next token, decide whether the answer ends and why, and turn
+// the tokens into text that is safe to show — whole UTF-8 characters,
+// nothing of a stop string, nothing of an end-of-generation token. A model
+// that spells its end token out in plain text (TinyStories writes
+// "<|end_story|>" as ordinary pieces before its EOS) ends there too, as an
+// Ollama Modelfile's stop parameter would make it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/stop_strings.h"
+#include "tokenizer/vocab.h"
+
+namespace m40::engine {
+
+enum class FinishReason { EndOfGeneration, StopString, MaxTokens, ContextFull, Cancelled };
+std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", ...
+
+struct AnswerLimits {
+  int max_tokens = -1;            // -1: until the context is full
+  std::vector<std::string> stop;  // stop strings (not shown)
+  bool ignore_eos = false;        // keep going past end-of-generation tokens (and their text)
+};
+
+class TokenLoop {
+ public:
+  // The prompt's tokens enter the sampler's penalty window (as in
+  // llama.cpp). Throws m40::Error for bad sampler parameters.
+  TokenLoop(const tokenizer::Vocab& vocab, const SamplerParams& sampler, int n_vocab, AnswerLimits limits,
+            std::span<const int32_t> prompt);
+
+  struct Step {
+    std::string text;                    // to show now (may be empty)
+    std::optional<FinishReason> finish;  // the answer ends here; `text` then holds all that was held back
+    int32_t token = -1;                  // otherwise: the token to feed next
+  };
+  // After the step whose logits these are, when the context holds `n_fed`
+  // positions of at most `n_ctx`: samples the next token and says what to
+  // show and whether the answer goes on.
+  Step next(std::span<const float> logits, int n_fed, int n_ctx);
+
+  // Ends the answer for a reason from outside (cancelled, the KV pool full,
+  // shutting down): the text held back, to show where the answer is kept.
+  std::string finish();
+
+  int generated() const { return static_cast<int>(tokens_.size()); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }  // sampled and shown (end tokens excluded)
+
+ private:
+  std::string release_held();
+
+  const tokenizer::Vocab& vocab_;
+  Sampler sampler_;
+  AnswerLimits limits_;
+  tokenizer::StreamingDetokenizer detok_;
+  StopStringFilter stops_;
+  size_t user_stops_;  // stops_ holds the request's stop strings, then the end tokens' texts
+  std::vector<int32_t> tokens_;
+  bool ended_ = false;
+};
+
+}  // namespace m40::engine
