@@ -108,9 +108,9 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params) {
   using R = RequestRejected::Reason;
   const int n_prompt = static_cast<int>(params.prompt.size());
   if (n_prompt == 0) throw RequestRejected(R::Invalid, "the prompt is empty");
-  if (n_prompt >= n_ctx_) {
+  if (const int context = context_of(params); n_prompt >= context) {
     throw RequestRejected(R::Invalid, "the prompt has " + std::to_string(n_prompt) +
-                                          " tokens but the context holds " + std::to_string(n_ctx_) +
+                                          " tokens but the context holds " + std::to_string(context) +
                                           " (leaving room for at least one new token): shorten the prompt "
                                           "or start the server with a larger --ctx");
   }
@@ -494,7 +494,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
 // Samples one slot's next token from its row of logits and pushes its text.
 // Returns why the request ends, if it does.
 std::optional<FinishReason> Scheduler::advance(Slot& slot, std::span<const float> logits) {
-  TokenLoop::Step step = slot.request->loop->next(logits, slot.n_kv, n_ctx_);
+  TokenLoop::Step step = slot.request->loop->next(logits, slot.n_kv, context_of(slot.request->params));
   slot.timings.generated_tokens = slot.request->loop->generated();
   if (!step.text.empty()) slot.request->stream->push(StreamEvent::piece(std::move(step.text)));
   if (step.finish) return step.finish;

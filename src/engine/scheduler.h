@@ -46,6 +46,7 @@ struct RequestParams {
   std::vector<std::string> stop;  // stop strings (not shown)
   bool ignore_eos = false;
   bool cache_prompt = true;       // false: read the whole prompt even where cached blocks hold its beginning
+  int n_ctx = 0;                  // the most positions this request may use; 0 or more than the backend's: the backend's
 };
 
 struct RequestTimings {
@@ -157,6 +158,8 @@ class Scheduler {
 
   SchedulerStats stats() const;
   int n_ctx() const { return n_ctx_; }
+  // The context a request gets: its own n_ctx, at most the backend's.
+  int context_of(const RequestParams& params) const { return params.n_ctx > 0 ? std::min(params.n_ctx, n_ctx_) : n_ctx_; }
   int n_slots() const { return n_slots_; }
 
  private:

@@ -7,8 +7,12 @@
 
 namespace m40::server {
 
+int request_context(const ResidentModel& m, const engine::RequestParams& params) {
+  return m.scheduler->context_of(params);
+}
+
 void truncate_prompt(const ResidentModel& m, engine::RequestParams& params) {
-  const int n_ctx = m.scheduler->n_ctx();
+  const int n_ctx = request_context(m, params);
   auto& prompt = params.prompt;
   if (static_cast<int>(prompt.size()) < n_ctx || n_ctx < 4) return;
   // Room to answer: the token limit when it is at most half the context,
@@ -143,7 +147,7 @@ void stream_response(ServerContext& s, HttpResponse& res, const char* content_ty
   });
 }
 
-std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages, bool truncate) {
+std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages, bool truncate, int n_ctx) {
   auto options = m.chat_template->options();
   options.add_generation_prompt = true;
   std::string text;
@@ -153,11 +157,11 @@ std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages, bool tr
     throw HttpError{400, std::string("the model's chat template could not render these messages: ") + e.what()};
   }
   // The rendered text carries BOS where the template wants it.
-  return prompt_tokens(*m.vocab, m.max_token_bytes, m.scheduler->n_ctx(), text, false, truncate);
+  return prompt_tokens(*m.vocab, m.max_token_bytes, n_ctx, text, false, truncate);
 }
 
-std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text, bool truncate) {
-  return prompt_tokens(*m.vocab, m.max_token_bytes, m.scheduler->n_ctx(), text, true, truncate);
+std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text, bool truncate, int n_ctx) {
+  return prompt_tokens(*m.vocab, m.max_token_bytes, n_ctx, text, true, truncate);
 }
 
 }  // namespace m40::server

@@ -19,6 +19,9 @@ namespace m40::server {
 // context keeps its BOS and its last tokens, leaving room for the answer
 // (the token limit, at most half the context). Shorter prompts are unchanged.
 void truncate_prompt(const ResidentModel& m, engine::RequestParams& params);
+// The context a request runs in: its own n_ctx (Ollama's num_ctx), at most
+// the resident model's.
+int request_context(const ResidentModel& m, const engine::RequestParams& params);
 std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params);
 
 struct Completion {
@@ -49,9 +52,9 @@ void stream_response(ServerContext& s, HttpResponse& res, const char* content_ty
 // Renders chat messages (already checked: objects with string role and
 // content) through the model's template and tokenizes the result
 // (prompt_tokens.h: refused or cut before tokenizing when it cannot fit).
-std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages, bool truncate);
+std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages, bool truncate, int n_ctx);
 
 // Tokens of a plain prompt (BOS as the vocabulary asks, special tokens parsed).
-std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text, bool truncate);
+std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text, bool truncate, int n_ctx);
 
 }  // namespace m40::server

@@ -58,9 +58,10 @@ void add_counters(engine::SchedulerStats& to, const engine::SchedulerStats& from
 }
 
 // Whether the resident model answers a request for `target`: the same
-// file, and the context asked for, if any.
+// file, with at least the context asked for (a request for less runs
+// within its own limit: the KV pool is shared, nothing is reserved).
 bool serves(const ResidentModel& resident, const ModelTarget& target) {
-  return resident.path == target.path && (target.n_ctx == 0 || resident.backend->n_ctx() == target.n_ctx);
+  return resident.path == target.path && (target.n_ctx == 0 || resident.backend->n_ctx() >= target.n_ctx);
 }
 
 // Whether two waiting requests want the same load.

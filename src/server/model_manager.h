@@ -109,7 +109,7 @@ class ModelManager {
   // The named model, loaded when it is not resident; waits while another
   // model finishes its requests or loads. Throws HttpError: 404 unknown
   // model, 500 load failure (the server keeps running), 503 stopping.
-  // `n_ctx` > 0 asks for that context per sequence (reloading the model
+  // `n_ctx` > 0 asks for at least that context per sequence (reloading the model
   // when the resident one has another); 0 takes the model as it is loaded.
   std::shared_ptr<ModelLease> acquire(const std::string& ref, std::optional<KeepAlive> keep_alive, int n_ctx = 0);
 

@@ -52,9 +52,10 @@ engine::RequestParams ollama_params(const json& body) {
   return p;
 }
 
-// options.num_ctx: the context the model is to run with (0: as loaded).
-// The model reloads with it when the resident one has another, as Ollama's
-// does; the memory plan refuses a context that does not fit.
+// options.num_ctx: the context the request runs in (0: the loaded one's).
+// Within the resident model's context it is the request's own limit (the
+// KV pool is shared, so nothing reloads); a larger one reloads the model
+// with it, as Ollama does, and the memory plan refuses one that does not fit.
 int requested_context(const json& body) {
   auto it = body.find("options");
   if (it == body.end() || !it->is_object()) return 0;
@@ -140,8 +141,10 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
   const bool raw = get_bool(body, "raw").value_or(false);
 
   engine::RequestParams params = ollama_params(body);
-  auto lease = s.models.acquire(model_ref, keep_alive, requested_context(body));
+  params.n_ctx = requested_context(body);
+  auto lease = s.models.acquire(model_ref, keep_alive, params.n_ctx);
   ResidentModel& m = lease->model();
+  const int n_ctx = request_context(m, params);
   const std::string model = ollama_name(model_ref.empty() ? m.name : model_ref);
 
   if (chat ? messages.empty() : (prompt.empty() && !system)) {
@@ -163,14 +166,14 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
   }
   const bool truncate = get_bool(body, "truncate").value_or(false);
   if (chat) {
-    params.prompt = chat_prompt(m, messages, truncate);
+    params.prompt = chat_prompt(m, messages, truncate, n_ctx);
   } else if (raw) {
-    params.prompt = raw_prompt(m, prompt, truncate);
+    params.prompt = raw_prompt(m, prompt, truncate, n_ctx);
   } else {
     json turns = json::array();
     if (system) turns.push_back({{"role", "system"}, {"content", *system}});
     turns.push_back({{"role", "user"}, {"content", prompt}});
-    params.prompt = chat_prompt(m, turns, truncate);
+    params.prompt = chat_prompt(m, turns, truncate, n_ctx);
   }
   if (truncate) truncate_prompt(m, params);
 

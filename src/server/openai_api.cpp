@@ -132,8 +132,8 @@ json openai_messages(const json& body) {
 std::vector<int32_t> completion_prompt(ResidentModel& m, const json& body, bool truncate) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) throw HttpError{400, "'prompt' is required"};
-  if (it->is_string()) return raw_prompt(m, it->get_ref<const std::string&>(), truncate);
-  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return raw_prompt(m, (*it)[0].get_ref<const std::string&>(), truncate);
+  if (it->is_string()) return raw_prompt(m, it->get_ref<const std::string&>(), truncate, m.scheduler->n_ctx());
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return raw_prompt(m, (*it)[0].get_ref<const std::string&>(), truncate, m.scheduler->n_ctx());
   if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& t) { return t.is_number_integer(); })) {
     std::vector<int32_t> tokens;
     const size_t n_vocab = m.vocab->size();
@@ -161,7 +161,7 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
   auto lease = s.models.acquire(model_ref, std::nullopt);
   ResidentModel& m = lease->model();
   const bool truncate = get_bool(body, "truncate").value_or(false);
-  params.prompt = chat ? chat_prompt(m, messages, truncate) : completion_prompt(m, body, truncate);
+  params.prompt = chat ? chat_prompt(m, messages, truncate, m.scheduler->n_ctx()) : completion_prompt(m, body, truncate);
   if (truncate) truncate_prompt(m, params);
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_now();

@@ -720,7 +720,10 @@ TEST(HostPort, ParsesEnvironmentForms) {
 
 // options.num_ctx reloads the model with that context, as Ollama does;
 // requests without it (and the OpenAI routes) take the model as loaded.
-TEST_F(ServerTest, NumCtxReloadsTheModelWithThatContext) {
+// Ollama's num_ctx: more than the resident model's context reloads it with
+// that context; less is the request's own limit (the KV pool is shared:
+// nothing reloads), for its prompt and its answer.
+TEST_F(ServerTest, NumCtxIsTheRequestsContextAndALargerOneReloads) {
   start(with(1));
   auto context_of_resident = [&] {
     auto r = client().Get("/api/ps");
@@ -728,9 +731,11 @@ TEST_F(ServerTest, NumCtxReloadsTheModelWithThatContext) {
     const json models = r ? json::parse(r->body)["models"] : json::array();
     return models.size() == 1 ? models[0]["context_length"].get<int>() : -1;
   };
-  auto generate = [&](json options) {
-    options["num_predict"] = 2;
-    return post("/api/generate", {{"prompt", "Hi"}, {"stream", false}, {"options", options}});
+  auto generate = [&](json options, const std::string& prompt = "Hi", json extra = json::object()) {
+    if (!options.contains("num_predict")) options["num_predict"] = 2;
+    json body = {{"prompt", prompt}, {"stream", false}, {"options", options}, {"raw", true}};
+    body.update(extra);
+    return post("/api/generate", body);
   };
   EXPECT_EQ(context_of_resident(), 256);  // the server's --ctx
   auto r = generate({{"num_ctx", 512}});
@@ -744,16 +749,30 @@ TEST_F(ServerTest, NumCtxReloadsTheModelWithThatContext) {
   ASSERT_TRUE(openai);
   EXPECT_EQ(openai->status, 200) << openai->body;
   EXPECT_EQ(context_of_resident(), 512);
-  r = generate({{"num_ctx", 128}});
+
+  // num_ctx 32 within the loaded 512: no reload; a prompt of 60 tokens does
+  // not fit it, truncated it does, and the answer ends at 32 positions.
+  std::string long_prompt;
+  for (int i = 0; i < 4; ++i) long_prompt += "once upon a time there was a cat and a dog who lived by the sea. ";
+  r = generate({{"num_ctx", 32}}, long_prompt);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("32"), std::string::npos) << r->body;
+  r = generate({{"num_ctx", 32}, {"num_predict", -1}}, long_prompt, {{"truncate", true}, {"cache_prompt", false}});
+  ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
-  EXPECT_EQ(context_of_resident(), 128);
+  const json cut = json::parse(r->body);
+  EXPECT_EQ(cut["done_reason"], "length");
+  EXPECT_EQ(cut["prompt_eval_count"].get<int>() + cut["eval_count"].get<int>(), 32 + 1) << r->body;  // the last token is not fed
+  EXPECT_EQ(context_of_resident(), 512);
+
   for (const json& bad : {json(0), json(-5), json(int64_t{1} << 40)}) {
     r = generate({{"num_ctx", bad}});
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << bad << ": " << r->body;
     EXPECT_NE(r->body.find("num_ctx"), std::string::npos) << r->body;
   }
-  EXPECT_EQ(context_of_resident(), 128);  // a refused request changes nothing
+  EXPECT_EQ(context_of_resident(), 512);  // a refused request changes nothing
 }
 
 // The second turn of a chat begins with the first turn's rendered prompt:
