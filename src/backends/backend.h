@@ -12,8 +12,10 @@
 namespace m40::backend {
 
 // The KV cache element type. F16 is the design's default; F32 exists to
-// compare with llama.cpp's F32-cache reference to the last digit.
-enum class KvType { F16, F32 };
+// compare with llama.cpp's F32-cache reference to the last digit; Q8_0
+// (GGUF Q8_0 blocks of 32 values, 34 bytes, quantized as K and V are
+// appended) halves the cache of F16 for long contexts. F32 is CPU only.
+enum class KvType { F16, F32, Q8_0 };
 
 struct Batch {
   std::vector<int32_t> tokens;

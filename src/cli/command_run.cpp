@@ -63,7 +63,8 @@ int run_run(RunOptions o) {
   bo.gpu = o.gpu;
   if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
   if (o.kv_type == "f32") bo.kv_type = backend::KvType::F32;
-  else if (o.kv_type != "f16") throw Error("--kv-type must be f16 or f32");
+  else if (o.kv_type == "q8_0") bo.kv_type = backend::KvType::Q8_0;
+  else if (o.kv_type != "f16") throw Error("--kv-type must be f16, f32 (CPU only) or q8_0, got '" + o.kv_type + "'");
   auto backend = engine::make_backend(*model, bo);
   const double load_seconds = std::chrono::duration<double>(clock::now() - start).count();
 
@@ -160,7 +161,7 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--stop", opts->stop, "Stop when this text is generated (repeatable; not printed)");
   cmd->add_option("--ctx", opts->ctx, "Context size in tokens (default: the model's trained context, capped by what the GPU or RAM holds)");
   cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: every core)");
-  cmd->add_option("--kv-type", opts->kv_type, "KV cache element type: f16 or f32")->capture_default_str();
+  cmd->add_option("--kv-type", opts->kv_type, "KV cache element type: f16, f32 (CPU only) or q8_0 (half the memory of f16)")->capture_default_str();
   cmd->add_flag("--ignore-eos", opts->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--raw", opts->raw, "Tokenize PROMPT as it is instead of rendering it through the chat template");
   cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");

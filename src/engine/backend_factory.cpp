@@ -49,9 +49,16 @@ int kv_pool_blocks(const BackendOptions& options, int n_ctx, const MemoryBudget&
 
 namespace {
 
-// Bytes of K and V per position, every layer, one sequence.
-uint64_t kv_bytes_per_position(const model::ModelHparams& hp, uint64_t element_bytes) {
-  return 2ull * hp.n_layer * hp.kv_dim() * element_bytes;
+// Bytes of K and V per position, every layer, one sequence: 4 or 2 bytes a
+// value (F32, F16), or a 34-byte Q8_0 block per 32 values.
+uint64_t kv_bytes_per_position(const model::ModelHparams& hp, backend::KvType type) {
+  const uint64_t values = 2ull * hp.n_layer * hp.kv_dim();
+  switch (type) {
+    case backend::KvType::F32: return values * 4;
+    case backend::KvType::Q8_0: return values / 32 * 34;
+    case backend::KvType::F16: break;
+  }
+  return values * 2;
 }
 
 // The CPU's budget: the memory the system has available, less the model
@@ -61,7 +68,7 @@ MemoryBudget cpu_budget(const model::LoadedModel& model, const BackendOptions& o
   MemoryBudget b;
   b.available = system_available_memory() / 5 * 4;
   b.fixed = model.file.file_size();
-  b.per_position = kv_bytes_per_position(model.hparams, options.kv_type == backend::KvType::F32 ? 4 : 2);
+  b.per_position = kv_bytes_per_position(model.hparams, options.kv_type);
   return b;
 }
 
@@ -109,7 +116,9 @@ int chosen_gpu(int requested) {
 std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, const BackendOptions& options) {
 #ifdef M40_HAVE_CUDA
   if (!options.force_cpu && gpu_available()) {
-    if (options.kv_type != backend::KvType::F16) throw Error("the CUDA backend keeps its KV cache in FP16: use --cpu for f32");
+    if (options.kv_type == backend::KvType::F32) {
+      throw Error("the CUDA backend keeps its KV cache in FP16 or Q8_0: use --cpu for f32");
+    }
     cuda::CudaBackendOptions cuda_options;
     cuda_options.device = chosen_gpu(options.gpu);
     cuda_options.n_seq = options.n_seq;
@@ -119,9 +128,10 @@ std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, 
     MemoryBudget budget;
     budget.available = options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, info.free_memory_bytes)
                                                : info.free_memory_bytes;
-    cuda::PlanShape shape{0, options.n_seq, cuda_options.max_batch, 32};
+    cuda_options.kv_type = options.kv_type;
+    cuda::PlanShape shape{0, options.n_seq, cuda_options.max_batch, 32, 0, options.kv_type};
     budget.fixed = cuda::plan_memory(model.hparams, model.weights, shape).total();
-    budget.per_position = kv_bytes_per_position(model.hparams, 2);
+    budget.per_position = kv_bytes_per_position(model.hparams, options.kv_type);
     const int n_ctx = resolve_context_size(model, options.n_ctx, budget);
     cuda_options.n_ctx = n_ctx;
     cuda_options.kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);

@@ -36,6 +36,20 @@ M40_HOST_DEVICE inline float mul_unfused(float a, float b) {
 
 M40_HOST_DEVICE inline float to_float(int value) { return static_cast<float>(value); }
 
+// Nearest integer, ties to even, for |x| < 2^22: adding 1.5 * 2^23 pushes the
+// fraction out of the mantissa. Unlike std::nearbyint it vectorizes with the
+// baseline x86-64 instruction set, and nvcc cannot fold the two adds.
+M40_HOST_DEVICE inline int round_to_int(float x) { return static_cast<int>((x + 12582912.0f) - 12582912.0f); }
+
+// 1/x, IEEE-rounded on both sides (nvcc's default -prec-div), or 0 for 0.
+M40_HOST_DEVICE inline float reciprocal_or_zero(float x) { return x != 0.0f ? 1.0f / x : 0.0f; }
+
+// The fp16 bits of a scale, kept finite: the largest half instead of inf.
+M40_HOST_DEVICE inline uint16_t finite_half(float scale) {
+  const uint16_t half = float_to_half(scale);
+  return (half & 0x7fffu) >= 0x7c00u ? static_cast<uint16_t>((half & 0x8000u) | 0x7bffu) : half;
+}
+
 // ---------------------------------------------------------------------------
 // The 32-value formats: one fp16 scale (and for the _1 formats an fp16 offset)
 // per 32 values. The 4-bit ones keep value j in the low nibble of qs[j] and
@@ -326,6 +340,25 @@ M40_HOST_DEVICE inline float dequantize_value(const BlockQ8_0& b, int i) {
 M40_HOST_DEVICE inline void dequantize_block(const BlockQ8_0& b, float* M40_RESTRICT y) {
   const float d = half_to_float(b.d);
   for (int j = 0; j < 32; ++j) y[j] = d * to_float(b.qs[j]);
+}
+
+// The one Q8_0 quantizer, for the host (quantize_row, the CPU KV cache) and
+// the device (the CUDA KV cache's append), bit for bit alike: d = amax / 127
+// as fp16, q = round(x / d) against the stored d, clamped to -127..127. The
+// product goes through mul_unfused so nvcc cannot fuse it into the rounding
+// add.
+M40_HOST_DEVICE inline void quantize_block_q8_0(const float* M40_RESTRICT x, BlockQ8_0& b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float a = x[j] < 0.0f ? -x[j] : x[j];
+    amax = a > amax ? a : amax;
+  }
+  b.d = finite_half(amax / 127.0f);
+  const float inverse = reciprocal_or_zero(half_to_float(b.d));
+  for (int j = 0; j < 32; ++j) {
+    const int q = round_to_int(mul_unfused(x[j], inverse));
+    b.qs[j] = static_cast<int8_t>(q < -127 ? -127 : q > 127 ? 127 : q);
+  }
 }
 
 // IQ4_NL: level[q] * d

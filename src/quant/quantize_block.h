@@ -14,24 +14,14 @@
 
 namespace m40::quant::detail {
 
-// Nearest integer, ties to even, for |x| < 2^22: adding 1.5 * 2^23 pushes the
-// fraction out of the mantissa. Unlike std::nearbyint it vectorizes with the
-// baseline x86-64 instruction set.
-inline int round_to_int(float x) { return static_cast<int>((x + 12582912.0f) - 12582912.0f); }
+// round_to_int, reciprocal_or_zero and finite_half live in blocks.h: the
+// Q8_0 quantizer there runs on the host and the device alike (the KV cache).
 
 inline int clamp_int(int value, int low, int high) { return std::min(std::max(value, low), high); }
 
 // The smallest integer >= x, clamped to low..high.
 inline int ceil_clamped(float x, int low, int high) {
   return static_cast<int>(std::ceil(std::clamp(x, static_cast<float>(low), static_cast<float>(high))));
-}
-
-inline float reciprocal_or_zero(float x) { return x != 0.0f ? 1.0f / x : 0.0f; }
-
-// The fp16 bits of a scale, kept finite: the largest half instead of inf.
-inline uint16_t finite_half(float scale) {
-  const uint16_t half = float_to_half(scale);
-  return (half & 0x7fffu) >= 0x7c00u ? static_cast<uint16_t>((half & 0x8000u) | 0x7bffu) : half;
 }
 
 // The fp16 bits of a scale rounded away from zero: |half| >= |scale| (up to

@@ -46,15 +46,8 @@ void pack_fifth_bits(const uint8_t* quants, uint8_t* qh) {
 
 }  // namespace
 
-void quantize_block(const float* M40_RESTRICT x, BlockQ8_0& b) {
-  float amax = 0.0f;
-  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
-  b.d = finite_half(amax / 127.0f);
-  const float inverse = reciprocal_or_zero(half_to_float(b.d));
-  for (int j = 0; j < 32; ++j) {
-    b.qs[j] = static_cast<int8_t>(clamp_int(round_to_int(x[j] * inverse), -127, 127));
-  }
-}
+// Shared with the CUDA KV cache (blocks.h).
+void quantize_block(const float* M40_RESTRICT x, BlockQ8_0& b) { quantize_block_q8_0(x, b); }
 
 void quantize_block(const float* M40_RESTRICT x, BlockQ4_0& b) {
   uint8_t quants[32];

@@ -217,6 +217,7 @@ void ModelManager::start_model(ResidentModel& m, const ModelTarget& target) cons
   bo.vram_budget = options_.vram_budget;
   bo.kv_pool_bytes = options_.kv_pool_bytes;
   bo.kv_pool_fraction = options_.kv_pool_fraction;
+  bo.kv_type = options_.kv_type;
   m.backend = engine::make_backend(*m.model, bo);
   if (options_.wrap_backend) m.backend = options_.wrap_backend(std::move(m.backend));
   m.scheduler = std::make_unique<engine::Scheduler>(

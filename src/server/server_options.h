@@ -27,6 +27,7 @@ struct ServerOptions {
   // a fraction of the memory left after the weights; both 0: the default.
   uint64_t kv_pool_bytes = 0;
   double kv_pool_fraction = 0;
+  backend::KvType kv_type = backend::KvType::F16;  // --kv-type: F16 or Q8_0
   std::string api_key;       // non-empty: every route but /health needs "Authorization: Bearer KEY"
   // Web pages (Origin) allowed besides local ones (origin_policy.h):
   // "https://app.example.com", "https://*.example.com", "*" for any.

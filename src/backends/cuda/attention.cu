@@ -1,4 +1,4 @@
-// Causal attention over the FP16 KV cache, all math in FP32, with the scores
+// Causal attention over the FP16 or Q8_0 KV cache, all math in FP32, with the scores
 // scaled, optionally soft-capped (cap * tanh(s / cap)), and optionally limited
 // to a sliding window of the last `window` positions. CPU twin:
 // cpu::attention. Two kernels:
@@ -38,6 +38,12 @@
 // keys, the prefill kernel per key tile), and the loads of K and V then read
 // the row from there: one table lookup per key position, not per element.
 //
+// A Q8_0 cache (KvLayer::type) runs the same kernels instantiated for its
+// rows (template parameter Rows): a lane's piece of 8 or 4 values lies in one
+// 32-value block, read as 16-bit words (blocks are 34 bytes, so only 2-byte
+// aligned) with the block's scale and widened to FP32 as q * d, exactly
+// quant::dequantize_value. The FP16 instantiations are the code they were.
+//
 // Positions outside 0..n_ctx-1 (and negative sequence ids) give NaN outputs
 // rather than out-of-bounds reads; the engine never sends them.
 #include <algorithm>
@@ -54,6 +60,7 @@
 #include "backends/cuda/warp_reduce.cuh"
 #include "backends/kv_blocks.h"
 #include "common/error.h"
+#include "quant/blocks.h"
 
 namespace m40::cuda {
 
@@ -106,6 +113,72 @@ struct HalfVec<4> {
   }
 };
 
+// C consecutive values of a Q8_0 row (C = 8 or 4, starting at a multiple of
+// C, so inside one block): the block's scale bits and C int8 quants loaded
+// as C / 2 16-bit words, widened as quant::dequantize_value does (q * d).
+template <int C>
+struct Q8Vec {
+  static constexpr int kWords = C / 4;
+  uint32_t scale_bits;
+  uint32_t quants[kWords];
+  // Value e of the flat array of rows (row r's value i is r * kv_dim + i,
+  // kv_dim a multiple of 32).
+  __device__ __forceinline__ void load(const uint8_t* base, int64_t e) {
+    const uint8_t* block = base + (e >> 5) * static_cast<int64_t>(sizeof(quant::BlockQ8_0));
+    const auto* words = reinterpret_cast<const unsigned short*>(block);
+    scale_bits = __ldg(words);
+    const auto* qs = reinterpret_cast<const unsigned short*>(block + 2 + (e & 31));
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      quants[w] = static_cast<uint32_t>(__ldg(qs + 2 * w)) | (static_cast<uint32_t>(__ldg(qs + 2 * w + 1)) << 16);
+    }
+  }
+  __device__ __forceinline__ void zero() {
+    scale_bits = 0;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) quants[w] = 0;
+  }
+  __device__ __forceinline__ void widen(float* f) const {
+    const float d = widen_half(scale_bits);
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        f[4 * w + b] = d * static_cast<float>(static_cast<int8_t>(quants[w] >> (8 * b)));
+      }
+    }
+  }
+};
+
+// How the kernels address a layer's K or V pool, per cache type: Head is
+// one KV head's view of the pool (head(base, offset) from the pool and the
+// head's first value in a row) and Vec<C> loads C values of it at
+// `e` values past that (e = row * kv_dim + d).
+struct F16Rows {
+  using Head = const uint16_t*;
+  template <int C>
+  struct Vec : HalfVec<C> {
+    __device__ __forceinline__ void load(Head head, int64_t e) { HalfVec<C>::load(head + e); }
+  };
+  __device__ __forceinline__ static Head head(const void* base, int64_t offset) {
+    return static_cast<const uint16_t*>(base) + offset;
+  }
+};
+
+struct Q8Rows {
+  struct Head {
+    const uint8_t* base;
+    int64_t offset;
+  };
+  template <int C>
+  struct Vec : Q8Vec<C> {
+    __device__ __forceinline__ void load(const Head& head, int64_t e) { Q8Vec<C>::load(head.base, head.offset + e); }
+  };
+  __device__ __forceinline__ static Head head(const void* base, int64_t offset) {
+    return Head{static_cast<const uint8_t*>(base), offset};
+  }
+};
+
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
 
 // ---------------------------------------------------------------------------
@@ -118,8 +191,8 @@ constexpr int kSplitGranule = 64;  // a context part is a multiple of this many 
 constexpr int kUnroll = 4;      // loads in flight per lane
 
 struct DecodeArgs {
-  const uint16_t* k;
-  const uint16_t* v;
+  const void* k;  // FP16 bits or quant::BlockQ8_0 blocks (the kernel's Rows)
+  const void* v;
   const float* q;
   const int32_t* seq_ids;
   const int32_t* positions;
@@ -153,12 +226,13 @@ __device__ __forceinline__ int part_length(int span, const DecodeArgs& a) {
   return max(1, min(per, a.positions_per_split));
 }
 
-// C: halves per lane load (8 or 4); HB: query heads per block (1, 2 or 4);
+// Rows: the cache type (F16Rows, Q8Rows); C: values per lane load (8 or 4);
+// HB: query heads per block (1, 2 or 4);
 // kCap: soft-capped scores. Grid: x = split + n_splits * (head group), y =
 // token. (The "2 blocks per multiprocessor" bound changes nothing but CUDA
 // 11.8's ptxas heuristics, which otherwise spill a few bytes of the HB = 2
 // variant at 80 registers.)
-template <int C, int HB, bool kCap>
+template <class Rows, int C, int HB, bool kCap>
 __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(DecodeArgs a) {
   static_assert(HB <= kDecodeWarps, "one warp per head for the softmax statistics");
   // Scores [HB][kSubChunk] during the loop, then per-warp partial outputs
@@ -220,8 +294,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
   }
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks;
   const int64_t head_offset = static_cast<int64_t>(kvh) * a.head_dim + d0;
-  const uint16_t* k_rows = a.k + head_offset;
-  const uint16_t* v_rows = a.v + head_offset;
+  const typename Rows::Head k_rows = Rows::head(a.k, head_offset);
+  const typename Rows::Head v_rows = Rows::head(a.v, head_offset);
 
   float acc[HB][C];
 #pragma unroll
@@ -246,12 +320,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
     // Scores. The loop bound is uniform over the warp: the shuffles inside
     // need all 32 lanes.
     for (int jb = warp * keys_per_warp; jb < len; jb += kUnroll * keys_per_step) {
-      HalfVec<C> kv[kUnroll];
+      typename Rows::template Vec<C> kv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int j = jb + u * keys_per_step + slot;
         if (has_dims && j < len) {
-          kv[u].load(k_rows + static_cast<int64_t>(s_row[j]) * a.kv_dim);
+          kv[u].load(k_rows, static_cast<int64_t>(s_row[j]) * a.kv_dim);
         } else {
           kv[u].zero();
         }
@@ -320,12 +394,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
       for (int c = 0; c < C; ++c) acc[h][c] *= corr;
     }
     for (int jb = warp * keys_per_warp; jb < len; jb += kUnroll * keys_per_step) {
-      HalfVec<C> vv[kUnroll];
+      typename Rows::template Vec<C> vv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int j = jb + u * keys_per_step + slot;
         if (has_dims && j < len) {
-          vv[u].load(v_rows + static_cast<int64_t>(s_row[j]) * a.kv_dim);
+          vv[u].load(v_rows, static_cast<int64_t>(s_row[j]) * a.kv_dim);
         } else {
           vv[u].zero();
         }
@@ -438,8 +512,8 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Deco
 constexpr int kPrefillThreads = 128;
 
 struct PrefillArgs {
-  const uint16_t* k;
-  const uint16_t* v;
+  const void* k;  // FP16 bits or quant::BlockQ8_0 blocks (the kernel's Rows)
+  const void* v;
   const float* q;
   const int32_t* seq_ids;
   const int32_t* positions;
@@ -452,7 +526,7 @@ struct PrefillArgs {
   int n_head;
   int gqa;
   int n_tokens;
-  bool rows_of_8;  // head_dim % 8 == 0 and 16-byte aligned cache: 16-byte K/V loads
+  bool rows_of_8;  // head_dim % 8 == 0 (and for FP16 a 16-byte aligned cache): pieces of 8 values
   float scale;
   float softcap;  // 0: off
   int window;     // 0: none
@@ -460,28 +534,28 @@ struct PrefillArgs {
 
 // Positions kv0..kv0+BK-1 of one KV head into `tile` as FP32 rows of D
 // (zero past head_dim and past kv_end), row stride LD4 float4s; position
-// kv0 + r is pool row tile_row[r] of `rows` (the head's first element).
-template <int D, int BK, int LD4>
-__device__ __forceinline__ void load_kv_tile(float4* tile, const uint16_t* rows, const int* tile_row, int kv0,
-                                             int kv_end, const PrefillArgs& a) {
-  constexpr int kPieces = D / 8;  // 8 halves per piece
+// kv0 + r is pool row tile_row[r] of `rows` (the head's view of the pool).
+template <class Rows, int D, int BK, int LD4>
+__device__ __forceinline__ void load_kv_tile(float4* tile, const typename Rows::Head& rows, const int* tile_row,
+                                             int kv0, int kv_end, const PrefillArgs& a) {
+  constexpr int kPieces = D / 8;  // 8 values per piece
   for (int i = static_cast<int>(threadIdx.x); i < BK * kPieces; i += kPrefillThreads) {
     const int r = i / kPieces;
     const int d = (i % kPieces) * 8;
     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     const int p = kv0 + r;
     if (p < kv_end && d < a.head_dim) {
-      const uint16_t* src = rows + static_cast<int64_t>(tile_row[r]) * a.kv_dim + d;
+      const int64_t e = static_cast<int64_t>(tile_row[r]) * a.kv_dim + d;
       if (a.rows_of_8) {
-        HalfVec<8> h;
-        h.load(src);
+        typename Rows::template Vec<8> h;
+        h.load(rows, e);
         h.widen(f);
       } else {  // head_dim % 4 == 0
-        HalfVec<4> h;
-        h.load(src);
+        typename Rows::template Vec<4> h;
+        h.load(rows, e);
         h.widen(f);
         if (d + 4 < a.head_dim) {
-          h.load(src + 4);
+          h.load(rows, e + 4);
           h.widen(f + 4);
         }
       }
@@ -508,7 +582,7 @@ __device__ __forceinline__ float component(const float4& v, int i) {
 // it has the most keys), y = query head. (Shared memory allows two blocks per
 // multiprocessor on the M40 anyway; saying so keeps CUDA 13's ptxas from
 // spilling at sm_90.)
-template <int D, int BQ, int BK, bool kCap>
+template <class Rows, int D, int BQ, int BK, bool kCap>
 __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(PrefillArgs a) {
   constexpr int TQ = 8;   // thread rows
   constexpr int TK = 16;  // thread columns
@@ -604,8 +678,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
     for (int i = 0; i < SQ; ++i) limit[i] = row_limit[tq + TQ * i];
     const int32_t* table = a.block_tables + static_cast<int64_t>(seg_seq) * a.max_blocks;
     const int64_t head_offset = static_cast<int64_t>(kvh) * a.head_dim;
-    const uint16_t* k_rows = a.k + head_offset;
-    const uint16_t* v_rows = a.v + head_offset;
+    const typename Rows::Head k_rows = Rows::head(a.k, head_offset);
+    const typename Rows::Head v_rows = Rows::head(a.v, head_offset);
 
     // Tiles wholly before every row's window are skipped; within the others
     // each row sees keys limit - window < key <= limit.
@@ -614,7 +688,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
       // __syncthreads that ends its iteration).
       if (tid < BK) tile_row[tid] = kv0 + tid < kv_end ? static_cast<int>(backend::kv_row(table, kv0 + tid)) : 0;
       __syncthreads();
-      load_kv_tile<D, BK, LD4>(kv_tile, k_rows, tile_row, kv0, kv_end, a);
+      load_kv_tile<Rows, D, BK, LD4>(kv_tile, k_rows, tile_row, kv0, kv_end, a);
       __syncthreads();
 
       float s[SQ][SK];
@@ -654,7 +728,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) attention_prefill_kernel(P
       __syncthreads();
 
       // V replaces K in shared memory while the statistics are computed.
-      load_kv_tile<D, BK, LD4>(kv_tile, v_rows, tile_row, kv0, kv_end, a);
+      load_kv_tile<Rows, D, BK, LD4>(kv_tile, v_rows, tile_row, kv0, kv_end, a);
       {
         const int r = tid / kRowThreads;
         float* pr = p_tile + r * PLD + (tid % kRowThreads) * kRowEntries;
@@ -760,24 +834,24 @@ int next_pow2(int v) {
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 
-template <int C, int HB>
+template <class Rows, int C, int HB>
 void launch_decode(const DecodeArgs& a, int n_tokens, cudaStream_t stream) {
   const int head_groups = (a.n_head / a.gqa) * a.groups_per_kv;  // KV heads x blocks per KV head
   const dim3 grid(static_cast<unsigned>(a.n_splits * head_groups), static_cast<unsigned>(n_tokens));
   if (a.softcap > 0.0f) {
-    attention_decode_kernel<C, HB, true><<<grid, kDecodeThreads, 0, stream>>>(a);
+    attention_decode_kernel<Rows, C, HB, true><<<grid, kDecodeThreads, 0, stream>>>(a);
   } else {
-    attention_decode_kernel<C, HB, false><<<grid, kDecodeThreads, 0, stream>>>(a);
+    attention_decode_kernel<Rows, C, HB, false><<<grid, kDecodeThreads, 0, stream>>>(a);
   }
   M40_CUDA_CHECK_LAUNCH();
 }
 
-template <int C>
+template <class Rows, int C>
 void launch_decode_for_heads(const DecodeArgs& a, int heads_per_block, int n_tokens, cudaStream_t stream) {
   switch (heads_per_block) {
-    case 1: launch_decode<C, 1>(a, n_tokens, stream); return;
-    case 2: launch_decode<C, 2>(a, n_tokens, stream); return;
-    default: launch_decode<C, 4>(a, n_tokens, stream); return;
+    case 1: launch_decode<Rows, C, 1>(a, n_tokens, stream); return;
+    case 2: launch_decode<Rows, C, 2>(a, n_tokens, stream); return;
+    default: launch_decode<Rows, C, 4>(a, n_tokens, stream); return;
   }
 }
 
@@ -791,7 +865,8 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   }
   const int gqa = shape.n_head / shape.n_head_kv;
   const int heads_per_block = gqa == 1 ? 1 : gqa == 2 ? 2 : 4;
-  const bool rows_of_8 = shape.head_dim % 8 == 0 && aligned(cache.k, 16) && aligned(cache.v, 16);
+  const bool q8 = cache.type == KvFormat::Q8_0;
+  const bool rows_of_8 = shape.head_dim % 8 == 0 && (q8 || (aligned(cache.k, 16) && aligned(cache.v, 16)));
   const int piece = rows_of_8 ? 8 : 4;
   const int lanes = next_pow2(ceil_div(shape.head_dim, piece));
   if (lanes > kWarpSize) {
@@ -845,10 +920,16 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   a.split_granule = forced_splits > 0 ? 1 : kSplitGranule;
 
   const auto launch = [&] {
-    if (rows_of_8) {
-      launch_decode_for_heads<8>(a, heads_per_block, n_tokens, stream);
+    if (q8) {
+      if (rows_of_8) {
+        launch_decode_for_heads<Q8Rows, 8>(a, heads_per_block, n_tokens, stream);
+      } else {
+        launch_decode_for_heads<Q8Rows, 4>(a, heads_per_block, n_tokens, stream);
+      }
+    } else if (rows_of_8) {
+      launch_decode_for_heads<F16Rows, 8>(a, heads_per_block, n_tokens, stream);
     } else {
-      launch_decode_for_heads<4>(a, heads_per_block, n_tokens, stream);
+      launch_decode_for_heads<F16Rows, 4>(a, heads_per_block, n_tokens, stream);
     }
   };
   if (splits == 1) {
@@ -865,15 +946,26 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   M40_CUDA_CHECK_LAUNCH();
 }
 
-template <int D, int BQ, int BK>
+template <class Rows, int D, int BQ, int BK>
 void launch_prefill(const PrefillArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(a.n_tokens, BQ)), static_cast<unsigned>(a.n_head));
   if (a.softcap > 0.0f) {
-    attention_prefill_kernel<D, BQ, BK, true><<<grid, kPrefillThreads, 0, stream>>>(a);
+    attention_prefill_kernel<Rows, D, BQ, BK, true><<<grid, kPrefillThreads, 0, stream>>>(a);
   } else {
-    attention_prefill_kernel<D, BQ, BK, false><<<grid, kPrefillThreads, 0, stream>>>(a);
+    attention_prefill_kernel<Rows, D, BQ, BK, false><<<grid, kPrefillThreads, 0, stream>>>(a);
   }
   M40_CUDA_CHECK_LAUNCH();
+}
+
+template <class Rows>
+void launch_prefill_for_head_dim(const PrefillArgs& a, cudaStream_t stream) {
+  if (a.head_dim <= 64) {
+    launch_prefill<Rows, 64, 32, 32>(a, stream);
+  } else if (a.head_dim <= 128) {
+    launch_prefill<Rows, 128, 32, 32>(a, stream);
+  } else {
+    launch_prefill<Rows, 256, 16, 16>(a, stream);
+  }
 }
 
 void run_prefill(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,
@@ -893,16 +985,15 @@ void run_prefill(const KvLayer& cache, const AttentionShape& shape, float scale,
   a.n_head = shape.n_head;
   a.gqa = shape.n_head / shape.n_head_kv;
   a.n_tokens = n_tokens;
-  a.rows_of_8 = shape.head_dim % 8 == 0 && aligned(cache.k, 16) && aligned(cache.v, 16);
+  const bool q8 = cache.type == KvFormat::Q8_0;
+  a.rows_of_8 = shape.head_dim % 8 == 0 && (q8 || (aligned(cache.k, 16) && aligned(cache.v, 16)));
   a.scale = scale;
   a.softcap = shape.softcap;
   a.window = shape.window;
-  if (shape.head_dim <= 64) {
-    launch_prefill<64, 32, 32>(a, stream);
-  } else if (shape.head_dim <= 128) {
-    launch_prefill<128, 32, 32>(a, stream);
+  if (q8) {
+    launch_prefill_for_head_dim<Q8Rows>(a, stream);
   } else {
-    launch_prefill<256, 16, 16>(a, stream);
+    launch_prefill_for_head_dim<F16Rows>(a, stream);
   }
 }
 
@@ -933,6 +1024,9 @@ void attention_with_plan(const KvLayer& cache, const AttentionShape& shape, cons
     throw Error("attention: the cache needs block tables of at least " +
                 std::to_string(backend::kv_blocks_for(cache.n_ctx)) + " entries per sequence (got " +
                 std::to_string(cache.max_blocks) + ")");
+  }
+  if (cache.type == KvFormat::Q8_0 && cache.kv_dim % 32 != 0) {
+    throw Error("attention: a Q8_0 cache needs kv_dim to be a multiple of 32, got " + std::to_string(cache.kv_dim));
   }
   if (!aligned(q, 16) || !aligned(out, 16) || !aligned(cache.k, 8) || !aligned(cache.v, 8)) {
     throw Error("attention: q and out must be 16-byte aligned, the K/V cache 8-byte aligned");

@@ -33,6 +33,13 @@ backend::BlockTables block_tables_for(const CudaBackendOptions& o) {
 CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights,
                          CudaBackendOptions options)
     : hparams_(hparams), options_(options), tables_(block_tables_for(options)) {
+  if (options.kv_type == backend::KvType::F32) {
+    throw Error("the CUDA backend keeps its KV cache in FP16 or Q8_0: use --cpu for f32");
+  }
+  if (options.kv_type == backend::KvType::Q8_0 && hparams.kv_dim() % 32 != 0) {
+    throw Error("a Q8_0 KV cache needs K/V rows of a multiple of 32 values; " + hparams.architecture + " has " +
+                std::to_string(hparams.kv_dim()) + ": use --kv-type f16");
+  }
   if (!attention_head_dim_supported(static_cast<int>(hparams.head_dim()))) {
     throw Error("the CUDA attention takes heads of a multiple of 4 values up to 128, or of 8 up to 256; " +
                 hparams.architecture + " has " + std::to_string(hparams.head_dim()) + ": use --cpu");
@@ -46,7 +53,7 @@ CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelW
   const DeviceInfo info = device_info(options.device);
   device_name_ = info.name;
 
-  PlanShape shape{options.n_ctx, options.n_seq, options.max_batch, max_logit_rows_, tables_.n_blocks()};
+  PlanShape shape{options.n_ctx, options.n_seq, options.max_batch, max_logit_rows_, tables_.n_blocks(), options.kv_type};
   plan_ = plan_memory(hparams, weights, shape);
   const uint64_t available =
       options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, info.free_memory_bytes) : info.free_memory_bytes;
@@ -73,12 +80,14 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
   host_tables_ = PinnedBuffer(tables_.flat().size() * sizeof(int32_t));
 
   // The pool: layer l's K at 2 l P and its V at (2 l + 1) P, P = kv_half_bytes_.
-  kv_half_bytes_ = static_cast<uint64_t>(tables_.n_blocks()) * backend::kKvBlockSize * hparams_.kv_dim() * 2;
+  const int kv_dim = static_cast<int>(hparams_.kv_dim());
+  kv_half_bytes_ =
+      static_cast<uint64_t>(tables_.n_blocks()) * backend::kKvBlockSize * kv_row_bytes(kv_format(options_.kv_type), kv_dim);
   kv_memory_ = DeviceAllocation(2 * kv_half_bytes_ * hparams_.n_layer);
   for (uint32_t l = 0; l < hparams_.n_layer; ++l) {
     auto* base = static_cast<uint8_t*>(kv_memory_.data()) + 2 * kv_half_bytes_ * l;
-    kv_layers_.push_back({reinterpret_cast<uint16_t*>(base), reinterpret_cast<uint16_t*>(base + kv_half_bytes_),
-                          options_.n_ctx, static_cast<int>(hparams_.kv_dim()), block_tables_, tables_.max_blocks()});
+    kv_layers_.push_back(
+        {base, base + kv_half_bytes_, options_.n_ctx, kv_dim, block_tables_, tables_.max_blocks(), kv_format(options_.kv_type)});
   }
 
   const size_t b = options_.max_batch;
@@ -474,7 +483,8 @@ void CudaBackend::copy_block(int32_t src, int32_t dst) {
   // Block b's rows sit at the same offset in each layer's K and V pool, and
   // the pools follow one another every kv_half_bytes_: one 2-D copy moves
   // all 2 x n_layer of them, ordered before the next step on the stream.
-  const size_t block_bytes = static_cast<size_t>(backend::kKvBlockSize) * hparams_.kv_dim() * 2;
+  const size_t block_bytes =
+      static_cast<size_t>(backend::kKvBlockSize) * kv_row_bytes(kv_format(options_.kv_type), static_cast<int>(hparams_.kv_dim()));
   auto* base = static_cast<uint8_t*>(kv_memory_.data());
   M40_CUDA_CHECK(cudaMemcpy2DAsync(base + static_cast<size_t>(dst) * block_bytes, kv_half_bytes_,
                                    base + static_cast<size_t>(src) * block_bytes, kv_half_bytes_, block_bytes,

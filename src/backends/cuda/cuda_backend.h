@@ -1,7 +1,7 @@
 // The CUDA backend: weights uploaded once in their GGUF types, the forward
 // pass as a sequence of our own kernels on one stream, following the
 // architecture's features per layer as cpu::CpuBackend::forward does (the
-// reference), the KV cache in FP16 on the device, and each decode step
+// reference), the KV cache in FP16 (or Q8_0) on the device, and each decode step
 // replayed from a CUDA graph captured per batch size (launch overhead matters
 // at ~1 ms per token; per-layer settings are constants of the graph).
 #pragma once
@@ -32,6 +32,7 @@ struct CudaBackendOptions {
   bool use_graphs = true;
   int max_batch = 512;       // prompt tokens per internal chunk
   int kv_blocks = 0;         // KV pool blocks (kv_blocks.h); 0: n_seq * kv_blocks_for(n_ctx)
+  backend::KvType kv_type = backend::KvType::F16;  // F16 or Q8_0 (kv_dim a multiple of 32)
 };
 
 class CudaBackend : public backend::Backend {
@@ -113,7 +114,8 @@ class CudaBackend : public backend::Backend {
   std::vector<LayerOnDevice> layers_;
 
   // The paged KV pool: per layer, K then V, each n_kv_blocks x 16 rows of
-  // kv_dim halves; every KvLayer reads the block tables from block_tables_.
+  // kv_dim halves or kv_dim / 32 Q8_0 blocks; every KvLayer reads the block
+  // tables from block_tables_.
   DeviceAllocation kv_memory_;
   uint64_t kv_half_bytes_ = 0;  // one layer's K (or V) pool
   std::vector<KvLayer> kv_layers_;

@@ -1,13 +1,16 @@
-// Appending K and V to the FP16 KV cache of one layer. CPU twin:
+// Appending K and V to the FP16 or Q8_0 KV cache of one layer. CPU twin:
 // cpu::KvCache::store. The conversion is quant::float_to_half, the same
-// integer-only round-to-nearest-even code the CPU runs, so the cache bytes
-// are identical on both sides.
+// integer-only round-to-nearest-even code the CPU runs, or for Q8_0
+// quant::quantize_block_q8_0, the CPU's quantizer itself (blocks.h), so the
+// cache bytes are identical on both sides.
 //
 // Layout (paged, as the CPU cache's per-layer pool; backends/kv_blocks.h):
 // element d of position pos of sequence seq is at (row * kv_dim + d), row =
 // kv_row(block_tables + seq * max_blocks, pos).
-// One thread converts four values of K and four of V (a float4 in, eight
-// bytes out) when kv_dim and the pointers allow it, else one of each.
+// FP16: one thread converts four values of K and four of V (a float4 in,
+// eight bytes out) when kv_dim and the pointers allow it, else one of each.
+// Q8_0: one thread quantizes one 32-value block of K and the same of V (row
+// r's block b at r * kv_dim / 32 + b; kv_dim a multiple of 32).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -16,6 +19,7 @@
 #include "backends/kv_blocks.h"
 #include "backends/cuda/layer_kernels.h"
 #include "common/error.h"
+#include "quant/blocks.h"
 #include "quant/fp16.h"
 
 namespace m40::cuda {
@@ -26,8 +30,8 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;
 
 struct AppendArgs {
-  uint16_t* k_cache;
-  uint16_t* v_cache;
+  void* k_cache;  // FP16 bits, or quant::BlockQ8_0 blocks for kv_append_q8_0_kernel
+  void* v_cache;
   const float* k;
   const float* v;
   const int32_t* seq_ids;
@@ -63,12 +67,52 @@ __global__ void __launch_bounds__(kThreads) kv_append_kernel(AppendArgs a) {
         return static_cast<uint32_t>(quant::float_to_half(lo)) |
                (static_cast<uint32_t>(quant::float_to_half(hi)) << 16);
       };
-      *reinterpret_cast<uint2*>(a.k_cache + dst) = make_uint2(pack(kf.x, kf.y), pack(kf.z, kf.w));
-      *reinterpret_cast<uint2*>(a.v_cache + dst) = make_uint2(pack(vf.x, vf.y), pack(vf.z, vf.w));
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(a.k_cache) + dst) = make_uint2(pack(kf.x, kf.y), pack(kf.z, kf.w));
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(a.v_cache) + dst) = make_uint2(pack(vf.x, vf.y), pack(vf.z, vf.w));
     } else {
-      a.k_cache[dst] = quant::float_to_half(__ldg(a.k + src));
-      a.v_cache[dst] = quant::float_to_half(__ldg(a.v + src));
+      static_cast<uint16_t*>(a.k_cache)[dst] = quant::float_to_half(__ldg(a.k + src));
+      static_cast<uint16_t*>(a.v_cache)[dst] = quant::float_to_half(__ldg(a.v + src));
     }
+  }
+}
+
+// 32 values of one row into one Q8_0 block, in registers, then stored as
+// 17 16-bit words (a block is 34 bytes: only 2-byte aligned).
+__device__ __forceinline__ void quantize_into(const float* src, quant::BlockQ8_0* dst) {
+  float x[32];
+#pragma unroll
+  for (int j = 0; j < 32; ++j) x[j] = __ldg(src + j);
+  quant::BlockQ8_0 block;
+  quant::quantize_block_q8_0(x, block);
+  uint16_t words[17];
+  words[0] = block.d;
+#pragma unroll
+  for (int w = 0; w < 16; ++w) {
+    words[w + 1] = static_cast<uint16_t>(static_cast<uint8_t>(block.qs[2 * w]) |
+                                         (static_cast<uint16_t>(static_cast<uint8_t>(block.qs[2 * w + 1])) << 8));
+  }
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+#pragma unroll
+  for (int w = 0; w < 17; ++w) out[w] = words[w];
+}
+
+// One thread per (token, 32-value block): K's block and V's.
+__global__ void __launch_bounds__(kThreads) kv_append_q8_0_kernel(AppendArgs a) {
+  constexpr int kValues = quant::BlockQ8_0::kValues;
+  const int blocks_per_row = a.kv_dim / kValues;
+  const int64_t total = static_cast<int64_t>(a.n_tokens) * blocks_per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; item < total; item += stride) {
+    const int64_t t = item / blocks_per_row;
+    const int b = static_cast<int>(item % blocks_per_row);
+    const int32_t pos = __ldg(a.positions + t);
+    const int32_t seq = __ldg(a.seq_ids + t);
+    if (pos < 0 || pos >= a.n_ctx || seq < 0) continue;
+    const int64_t row = backend::kv_row(a.block_tables + static_cast<int64_t>(seq) * a.max_blocks, pos);
+    const int64_t dst = row * blocks_per_row + b;
+    const int64_t src = t * a.kv_dim + static_cast<int64_t>(b) * kValues;
+    quantize_into(a.k + src, static_cast<quant::BlockQ8_0*>(a.k_cache) + dst);
+    quantize_into(a.v + src, static_cast<quant::BlockQ8_0*>(a.v_cache) + dst);
   }
 }
 
@@ -82,6 +126,9 @@ void kv_append(const KvLayer& cache, const float* k, const float* v, const int32
     throw Error("kv_append: bad cache shape (n_ctx " + std::to_string(cache.n_ctx) + ", kv_dim " +
                 std::to_string(cache.kv_dim) + ") or token count " + std::to_string(n_tokens));
   }
+  if (cache.type == KvFormat::Q8_0 && cache.kv_dim % quant::BlockQ8_0::kValues != 0) {
+    throw Error("kv_append: a Q8_0 cache needs kv_dim to be a multiple of 32, got " + std::to_string(cache.kv_dim));
+  }
   if (cache.block_tables == nullptr || cache.max_blocks < backend::kv_blocks_for(cache.n_ctx)) {
     throw Error("kv_append: the cache needs block tables of at least " +
                 std::to_string(backend::kv_blocks_for(cache.n_ctx)) + " entries per sequence (got " +
@@ -90,6 +137,13 @@ void kv_append(const KvLayer& cache, const float* k, const float* v, const int32
   if (n_tokens == 0) return;
   AppendArgs a{cache.k,        cache.v,          k,        v,           seq_ids,     positions,
                cache.block_tables, cache.max_blocks, n_tokens, cache.n_ctx, cache.kv_dim};
+  if (cache.type == KvFormat::Q8_0) {
+    const int64_t items = static_cast<int64_t>(n_tokens) * (cache.kv_dim / quant::BlockQ8_0::kValues);
+    const int blocks = static_cast<int>(std::min((items + kThreads - 1) / kThreads, kMaxBlocks));
+    kv_append_q8_0_kernel<<<blocks, kThreads, 0, stream>>>(a);
+    M40_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const bool vec = cache.kv_dim % 4 == 0 && aligned(k, 16) && aligned(v, 16) && aligned(cache.k, 8) &&
                    aligned(cache.v, 8);
   const int64_t items = static_cast<int64_t>(n_tokens) * (vec ? cache.kv_dim / 4 : cache.kv_dim);

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backends/cuda/device_weight.h"
+#include "quant/blocks.h"
 
 namespace m40::cuda {
 
@@ -105,24 +106,40 @@ void add_branch(float* x, const float* branch, const BranchJoin& join, int n_row
                 const NextNorm& next = {});
 
 // The KV cache of one layer, paged (backends/kv_blocks.h): a pool of
-// blocks of kKvBlockSize positions, each position a row of kv_dim halves
-// (FP16 bits) in k and in v. Position p of sequence s is pool row
+// blocks of kKvBlockSize positions, each position a row of kv_dim values in
+// k and in v: halves (FP16 bits) or, for type Q8_0, kv_dim / 32
+// quant::BlockQ8_0 blocks of 34 bytes (kv_dim a multiple of 32). Position p
+// of sequence s is pool row
 // kv_row(block_tables + s * max_blocks, p). block_tables is a device array
 // [n_seq][max_blocks] (backend::BlockTables::flat()); max_blocks is at least
 // kv_blocks_for(n_ctx). The kernels read the tables from that fixed buffer,
 // so a captured decode graph stays valid when the tables change.
+// The element type of a CUDA KV cache: backend::KvType without F32 (that
+// header is C++20; the kernels compile as C++17). kv_format (memory_plan.h)
+// maps one to the other.
+enum class KvFormat { F16, Q8_0 };
+
 struct KvLayer {
-  uint16_t* k = nullptr;
-  uint16_t* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int n_ctx = 0;   // positions per sequence
   int kv_dim = 0;
   const int32_t* block_tables = nullptr;
   int max_blocks = 0;  // the tables' stride
+  KvFormat type = KvFormat::F16;
 };
 
-// Converts K and V of n_tokens tokens (FP32, [n_tokens][kv_dim]) to FP16 and
-// stores them at the pool row of (seq_ids[t], positions[t]). CPU twin:
-// cpu::KvCache::store.
+// Bytes of one position's K (or V) row in a cache of `type` (F16 or Q8_0).
+inline uint64_t kv_row_bytes(KvFormat type, int kv_dim) {
+  if (type == KvFormat::Q8_0) {
+    return static_cast<uint64_t>(kv_dim) / quant::BlockQ8_0::kValues * sizeof(quant::BlockQ8_0);
+  }
+  return static_cast<uint64_t>(kv_dim) * 2;
+}
+
+// Converts K and V of n_tokens tokens (FP32, [n_tokens][kv_dim]) to FP16 (or
+// quantizes them to Q8_0 with quant::quantize_block_q8_0) and stores them at
+// the pool row of (seq_ids[t], positions[t]). CPU twin: cpu::KvCache::store.
 void kv_append(const KvLayer& cache, const float* k, const float* v, const int32_t* seq_ids,
                const int32_t* positions, int n_tokens, cudaStream_t stream);
 
@@ -146,7 +163,7 @@ bool attention_head_dim_supported(int head_dim);
 // has q's layout. Works for decode (one token per sequence) and prefill (many
 // tokens of one sequence); GQA maps query head h to KV head h / (n_head /
 // n_head_kv). CPU twin: cpu::attention (scaled and optionally soft-capped
-// scores, softmax, weighted V, in FP32 from FP16 K/V).
+// scores, softmax, weighted V, in FP32 from FP16 or Q8_0 K/V).
 // `max_positions` bounds positions[t] + 1 over the batch (sizes scratch).
 void attention(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
                const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream);

@@ -56,9 +56,10 @@ MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights&
       plan.weights += weight_bytes(*v);
     }
   }
-  // K and V, FP16, every layer and pool row (kKvBlockSize per block).
+  // K and V, FP16 or Q8_0 (34 bytes per 32 values), every layer and pool row
+  // (kKvBlockSize per block).
   plan.kv_cache = 2ull * hp.n_layer * static_cast<uint64_t>(shape.kv_pool_blocks()) * backend::kKvBlockSize *
-                  hp.kv_dim() * 2;
+                  kv_row_bytes(kv_format(shape.kv_type), static_cast<int>(hp.kv_dim()));
   // Activations of one chunk (FP32): x, xn, q, k, v, attention out, gate, up;
   // the logits of the output-head rows; token/position/sequence ids; the
   // sequences' block tables.

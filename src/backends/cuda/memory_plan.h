@@ -1,11 +1,13 @@
 // What a model needs on the GPU, computed before anything is allocated:
-// weights in their storage types, the FP16 KV cache (a pool of blocks,
+// weights in their storage types, the FP16 or Q8_0 KV cache (a pool of blocks,
 // backends/kv_blocks.h) and the activation scratch. A plan over the budget is refused with the numbers.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "backends/backend.h"
+#include "backends/cuda/layer_kernels.h"
 #include "model/hparams.h"
 #include "model/weights.h"
 
@@ -26,9 +28,15 @@ struct PlanShape {
   int max_batch = 512;      // tokens per forward chunk
   int max_logit_rows = 32;  // output-head rows computed at once
   int kv_blocks = 0;        // KV pool blocks of kKvBlockSize positions; 0: n_seq * kv_blocks_for(n_ctx)
+  backend::KvType kv_type = backend::KvType::F16;  // 2 bytes a value, or 34 per 32 for Q8_0
   // The pool's blocks, kv_blocks or its default.
   int kv_pool_blocks() const;
 };
+
+// The CUDA cache format of a KV type (F32 has none: CudaBackend refuses it).
+inline KvFormat kv_format(backend::KvType type) {
+  return type == backend::KvType::Q8_0 ? KvFormat::Q8_0 : KvFormat::F16;
+}
 
 MemoryPlan plan_memory(const model::ModelHparams& hparams, const model::ModelWeights& weights, const PlanShape& shape);
 

@@ -1,5 +1,5 @@
-// The attention kernels against cpu::attention on the same FP16 cache bytes
-// (filled through cpu::KvCache::store and copied to the GPU), read through
+// The attention kernels against cpu::attention on the same FP16 or Q8_0
+// cache bytes (filled through cpu::KvCache::store and copied to the GPU), read through
 // the same block tables: every sequence's blocks are a shuffled choice from
 // a pool with spare blocks (rows the kernels must not read). Every batch
 // runs through each kernel: the decode kernel with its automatic split, with
@@ -8,7 +8,8 @@
 // sliding window, the same settings on both sides.
 //
 // Bound: |GPU - CPU| <= 1e-5 (+ 1e-5 relative). Both sides compute in FP32
-// from the same widened halves; they differ in the order of the sums (tree
+// from the same widened halves (or Q8_0 values q * d, the same product on
+// both sides); they differ in the order of the sums (tree
 // and online-softmax rescaling against the CPU's sequential float sums and
 // double softmax denominator). Outputs are convex combinations of V in
 // [-1, 1], so 1e-5 is relative to the values' scale; observed errors are
@@ -99,11 +100,12 @@ class Attention : public ::testing::Test {
   // bytes and tables on the GPU; a batch of random queries.
   static constexpr int kSpareBlocks = 5;
   struct Problem {
-    Problem(const Heads& h, const Scores& s, int n_seq_, int n_ctx_, int n_tokens_)
+    Problem(const Heads& h, const Scores& s, int n_seq_, int n_ctx_, int n_tokens_, backend::KvType type_)
         : heads(h), scores(s), n_seq(n_seq_), n_ctx(n_ctx_), n_tokens(n_tokens_), kv_dim(h.n_head_kv * h.head_dim),
           q_dim(h.n_head * h.head_dim), max_blocks(backend::kv_blocks_for(n_ctx_)),
-          n_blocks(n_seq_ * max_blocks + kSpareBlocks), cache(1, n_blocks, kv_dim, backend::KvType::F16),
-          tables(n_seq_, n_ctx_, n_blocks), d_k(pool_rows() * kv_dim), d_v(pool_rows() * kv_dim),
+          n_blocks(n_seq_ * max_blocks + kSpareBlocks), type(type_), cache(1, n_blocks, kv_dim, type_),
+          tables(n_seq_, n_ctx_, n_blocks), d_k(pool_rows() * kv_row_bytes(format(), kv_dim)),
+          d_v(pool_rows() * kv_row_bytes(format(), kv_dim)),
           d_q(static_cast<size_t>(n_tokens_) * q_dim), d_out(static_cast<size_t>(n_tokens_) * q_dim),
           d_seq(static_cast<size_t>(n_tokens_)), d_pos(static_cast<size_t>(n_tokens_)),
           d_tables(static_cast<size_t>(n_seq_) * max_blocks) {}
@@ -121,7 +123,8 @@ class Attention : public ::testing::Test {
       return out;
     }
 
-    KvLayer layer() const { return KvLayer{d_k.get(), d_v.get(), n_ctx, kv_dim, d_tables.get(), max_blocks}; }
+    KvFormat format() const { return type == backend::KvType::Q8_0 ? KvFormat::Q8_0 : KvFormat::F16; }
+    KvLayer layer() const { return KvLayer{d_k.get(), d_v.get(), n_ctx, kv_dim, d_tables.get(), max_blocks, format()}; }
     AttentionShape shape() const {
       return AttentionShape{heads.n_head, heads.n_head_kv, heads.head_dim,
                             1.0f / std::sqrt(static_cast<float>(heads.head_dim)), scores.softcap, scores.window};
@@ -130,17 +133,19 @@ class Attention : public ::testing::Test {
     Heads heads;
     Scores scores;
     int n_seq, n_ctx, n_tokens, kv_dim, q_dim, max_blocks, n_blocks;
+    backend::KvType type;
     cpu::KvCache cache;
     backend::BlockTables tables;
     std::vector<float> q;
-    DeviceBuffer<uint16_t> d_k, d_v;
+    DeviceBuffer<uint8_t> d_k, d_v;  // the pool's bytes, as the CPU cache holds them
     DeviceBuffer<float> d_q, d_out;
     DeviceBuffer<int32_t> d_seq, d_pos, d_tables;
   };
 
   static std::unique_ptr<Problem> prepare(const Heads& heads, int n_seq, int n_ctx, int n_tokens,
-                                          const Scores& scores = {}) {
-    auto p = std::make_unique<Problem>(heads, scores, n_seq, n_ctx, n_tokens);
+                                          const Scores& scores = {},
+                                          backend::KvType type = backend::KvType::F16) {
+    auto p = std::make_unique<Problem>(heads, scores, n_seq, n_ctx, n_tokens, type);
     std::mt19937 rng(static_cast<uint32_t>(n_ctx * 31 + p->kv_dim));
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
     std::vector<float> k(static_cast<size_t>(p->kv_dim)), v(static_cast<size_t>(p->kv_dim));
@@ -152,8 +157,8 @@ class Attention : public ::testing::Test {
     shuffle_tables(*p, static_cast<uint32_t>(rng()));
     p->q.resize(static_cast<size_t>(n_tokens) * p->q_dim);
     for (auto& x : p->q) x = scores.q_scale * unit(rng);
-    M40_CUDA_CHECK(cudaMemcpy(p->d_k.get(), p->cache.keys<uint16_t>(0), p->d_k.bytes(), cudaMemcpyHostToDevice));
-    M40_CUDA_CHECK(cudaMemcpy(p->d_v.get(), p->cache.values<uint16_t>(0), p->d_v.bytes(), cudaMemcpyHostToDevice));
+    M40_CUDA_CHECK(cudaMemcpy(p->d_k.get(), p->cache.key_bytes(0), p->d_k.bytes(), cudaMemcpyHostToDevice));
+    M40_CUDA_CHECK(cudaMemcpy(p->d_v.get(), p->cache.value_bytes(0), p->d_v.bytes(), cudaMemcpyHostToDevice));
     test::to_device(p->d_q, p->q);
     return p;
   }
@@ -177,8 +182,9 @@ class Attention : public ::testing::Test {
     int max_positions = 1;
     for (const int32_t pos : positions) max_positions = std::max(max_positions, pos + 1);
     SCOPED_TRACE(describe(heads) + describe(scores) + ", " + std::to_string(n_tokens) + " tokens, max position " +
-                 std::to_string(max_positions - 1) + " of " + std::to_string(n_ctx));
-    auto p = prepare(heads, n_seq, n_ctx, n_tokens, scores);
+                 std::to_string(max_positions - 1) + " of " + std::to_string(n_ctx) +
+                 (kv_type_ == backend::KvType::Q8_0 ? ", Q8_0 cache" : ", FP16 cache"));
+    auto p = prepare(heads, n_seq, n_ctx, n_tokens, scores, kv_type_);
     const std::vector<float> cpu_out = p->reference(seq_ids, positions);
 
     const AttentionPlan plans[] = {
@@ -208,6 +214,7 @@ class Attention : public ::testing::Test {
   }
 
   cudaStream_t stream_ = nullptr;
+  backend::KvType kv_type_ = backend::KvType::F16;  // the cache type check() builds
 };
 
 // One sequence, one token: decode at positions from the first to the last
@@ -328,6 +335,42 @@ TEST_F(Attention, SlidingWindow) {
     positions.push_back(p % 3 == 0 ? 600 + p : 100 + p);
   }
   check({4, 2, 32}, 2, 700, seq_ids, positions, Scores{4.0f, 5.0f, 8});
+}
+
+// A Q8_0 cache (kv_dim / 32 blocks a row, 2-byte aligned): the same kernels
+// read it through their Q8_0 instantiations. Decode at short and long
+// contexts with pieces of 8 and of 4 values, a shuffled decode batch,
+// prefill chunks, a mixed batch, GQA layouts, a soft-cap and a window.
+TEST_F(Attention, Q8_0CacheMatchesTheCpuOnTheSameBytes) {
+  kv_type_ = backend::KvType::Q8_0;
+  for (const Heads heads : {Heads{8, 2, 64}, Heads{8, 2, 128}}) {
+    for (const int32_t pos : {0, 255, 256, 2999}) check(heads, 1, 3000, {0}, {pos});
+  }
+  check({8, 2, 128}, 6, 3000, {3, 0, 5, 1, 4, 2}, {5, 2500, 0, 300, 1024, 2999});
+  for (const int n : {1, 33, 300}) {
+    std::vector<int32_t> positions(static_cast<size_t>(n));
+    std::iota(positions.begin(), positions.end(), 17);
+    check({8, 2, 64}, 2, 2048, std::vector<int32_t>(static_cast<size_t>(n), 1), positions);
+  }
+  std::vector<int32_t> seq_ids, positions;
+  for (int p = 0; p < 70; ++p) {
+    seq_ids.push_back(p % 5 == 0 ? 2 : p % 2);
+    positions.push_back(p % 5 == 0 ? 1800 + p : 100 + p);
+  }
+  check({8, 2, 64}, 3, 2048, seq_ids, positions);
+  // head_dim 4 and 12 (pieces of 4 that do not start a block), 80, 256, MQA.
+  std::vector<int32_t> prefill_seq(45, 0), prefill_pos(45);
+  std::iota(prefill_pos.begin(), prefill_pos.end(), 250);
+  for (const Heads heads : {Heads{8, 8, 4}, Heads{8, 8, 12}, Heads{4, 4, 80}, Heads{4, 1, 256}, Heads{8, 1, 128},
+                            Heads{6, 2, 64}}) {
+    check(heads, 2, 700, {1, 0}, {600, 40});
+    check(heads, 2, 700, prefill_seq, prefill_pos);
+  }
+  check({8, 2, 128}, 2, 1200, {1, 0}, {1199, 3}, Scores{8.0f, 5.0f});
+  check({8, 2, 128}, 1, 3000, {0}, {2999}, Scores{1.0f, 0.0f, 300});
+  std::vector<int32_t> windowed(100);
+  std::iota(windowed.begin(), windowed.end(), 1500);
+  check({8, 2, 64}, 1, 2048, std::vector<int32_t>(100, 0), windowed, Scores{1.0f, 0.0f, 37});
 }
 
 // The CUDA backend replays decode steps from a graph captured once per batch

@@ -569,9 +569,11 @@ TEST(LayerKernelArguments, NegativeCountsAreErrors) {
 // ---------------------------------------------------------------------------
 // kv_append
 
-void check_kv_append(cudaStream_t stream, int n_seq, int n_ctx, int kv_dim) {
+void check_kv_append(cudaStream_t stream, int n_seq, int n_ctx, int kv_dim,
+                     backend::KvType type = backend::KvType::F16) {
+  const bool q8 = type == backend::KvType::Q8_0;
   SCOPED_TRACE(std::to_string(n_seq) + " sequences x " + std::to_string(n_ctx) + " positions x kv_dim " +
-               std::to_string(kv_dim));
+               std::to_string(kv_dim) + (q8 ? ", Q8_0" : ", FP16"));
   // Distinct (sequence, position) slots in a shuffled order, as a mixed batch
   // of prefill chunks and decode tokens would send them.
   std::vector<int32_t> seq_ids, positions;
@@ -603,6 +605,14 @@ void check_kv_append(cudaStream_t stream, int n_seq, int n_ctx, int kv_dim) {
   for (size_t i = 0; i < k.size(); i += 7) k[i] *= 1e-6f;
   for (size_t i = 3; i < k.size(); i += 101) k[i] = 70000.0f;
   for (size_t i = 5; i < v.size(); i += 13) v[i] = 1.0f + 1.0f / 2048.0f;  // halfway between two halves
+  if (q8 && n_tokens >= 3) {
+    // Q8_0's edge blocks: all zeros (scale 0), a scale of exactly 1 with
+    // quants on rounding ties (0.5 -> 0, 1.5 -> 2, -2.5 -> -2), and values
+    // whose scale overflows the half range (clamped to 65504, quants to 127).
+    std::fill(k.begin(), k.begin() + 32, 0.0f);
+    for (int j = 0; j < 32; ++j) v[static_cast<size_t>(j)] = j == 0 ? 127.0f : 0.5f * static_cast<float>(2 * j - 31);
+    for (int j = 0; j < 32; ++j) k[static_cast<size_t>(kv_dim + j)] = j % 2 == 0 ? 1e7f : -3e6f;
+  }
 
   // The paged pool: every sequence's blocks a shuffled choice of a pool
   // with 3 spare blocks, whose rows must keep their poison.
@@ -617,7 +627,7 @@ void check_kv_append(cudaStream_t stream, int n_seq, int n_ctx, int kv_dim) {
   }
   const size_t pool_rows = static_cast<size_t>(n_blocks) * backend::kKvBlockSize;
 
-  cpu::KvCache cache(1, n_blocks, kv_dim, backend::KvType::F16);
+  cpu::KvCache cache(1, n_blocks, kv_dim, type);
   std::vector<bool> stored(pool_rows, false);
   for (int t = 0; t < n_tokens; ++t) {
     const int64_t row = backend::kv_row(tables.table(seq_ids[static_cast<size_t>(t)]), positions[static_cast<size_t>(t)]);
@@ -625,7 +635,9 @@ void check_kv_append(cudaStream_t stream, int n_seq, int n_ctx, int kv_dim) {
     stored[static_cast<size_t>(row)] = true;
   }
 
-  DeviceBuffer<uint16_t> d_k_cache(pool_rows * kv_dim), d_v_cache(pool_rows * kv_dim);
+  const KvFormat format = q8 ? KvFormat::Q8_0 : KvFormat::F16;
+  const size_t row_bytes = kv_row_bytes(format, kv_dim);
+  DeviceBuffer<uint8_t> d_k_cache(pool_rows * row_bytes), d_v_cache(pool_rows * row_bytes);
   DeviceBuffer<float> d_k(k.size()), d_v(v.size());
   DeviceBuffer<int32_t> d_seq(seq_ids.size()), d_pos(positions.size()), d_tables(tables.flat().size());
   poison(d_k_cache);
@@ -635,23 +647,24 @@ void check_kv_append(cudaStream_t stream, int n_seq, int n_ctx, int kv_dim) {
   to_device(d_seq, seq_ids);
   to_device(d_pos, positions);
   to_device(d_tables, tables.flat());
-  kv_append(KvLayer{d_k_cache.get(), d_v_cache.get(), n_ctx, kv_dim, d_tables.get(), max_blocks}, d_k.get(), d_v.get(),
-            d_seq.get(), d_pos.get(), n_tokens, stream);
+  kv_append(KvLayer{d_k_cache.get(), d_v_cache.get(), n_ctx, kv_dim, d_tables.get(), max_blocks, format}, d_k.get(),
+            d_v.get(), d_seq.get(), d_pos.get(), n_tokens, stream);
   const auto gpu_k = from_device(d_k_cache);
   const auto gpu_v = from_device(d_v_cache);
 
   // Stored rows: the CPU's bits. Others (spare blocks, unsent positions):
   // still the poison (no stray writes).
-  const uint16_t* cpu_k = cache.keys<uint16_t>(0);
-  const uint16_t* cpu_v = cache.values<uint16_t>(0);
+  // Compared byte by byte: halves, or Q8_0 scales and quants.
+  const uint8_t* cpu_k = cache.key_bytes(0);
+  const uint8_t* cpu_v = cache.value_bytes(0);
   int64_t mismatches = 0;
   for (size_t row = 0; row < pool_rows; ++row) {
-    for (int d = 0; d < kv_dim; ++d) {
-      const size_t i = row * kv_dim + d;
-      const uint16_t want_k = stored[row] ? cpu_k[i] : uint16_t{0xffff};
-      const uint16_t want_v = stored[row] ? cpu_v[i] : uint16_t{0xffff};
+    for (size_t b = 0; b < row_bytes; ++b) {
+      const size_t i = row * row_bytes + b;
+      const int want_k = stored[row] ? cpu_k[i] : 0xff;
+      const int want_v = stored[row] ? cpu_v[i] : 0xff;
       if ((gpu_k[i] != want_k || gpu_v[i] != want_v) && ++mismatches <= 5) {
-        ADD_FAILURE() << "pool row " << row << " dim " << d << ": GPU " << gpu_k[i] << "/" << gpu_v[i]
+        ADD_FAILURE() << "pool row " << row << " byte " << b << ": GPU " << int{gpu_k[i]} << "/" << int{gpu_v[i]}
                       << ", expected " << want_k << "/" << want_v;
       }
     }
@@ -665,6 +678,20 @@ TEST_F(LayerKernels, KvAppendStoresTheCpuHalvesBitForBit) {
   check_kv_append(stream_, 2, 33, 2 * 4);    // the 2-head test model
   check_kv_append(stream_, 2, 17, 6);        // kv_dim not a multiple of 4: scalar path
   check_kv_append(stream_, 5, 40, 2 * 64);   // a last block of 8 positions
+}
+
+// The Q8_0 cache: the GPU's quantize_block_q8_0 gives the CPU's blocks.
+TEST_F(LayerKernels, KvAppendStoresTheCpuQ8_0BlocksBitForBit) {
+  check_kv_append(stream_, 3, 64, 2 * 128, backend::KvType::Q8_0);
+  check_kv_append(stream_, 2, 50, 32, backend::KvType::Q8_0);      // one block a row
+  check_kv_append(stream_, 2, 33, 3 * 32, backend::KvType::Q8_0);  // an odd number of blocks
+  check_kv_append(stream_, 5, 40, 2 * 64, backend::KvType::Q8_0);
+}
+
+TEST_F(LayerKernels, KvAppendRefusesQ8_0RowsThatAreNotWholeBlocks) {
+  EXPECT_THROW(kv_append(KvLayer{nullptr, nullptr, 4, 48, nullptr, 1, KvFormat::Q8_0}, nullptr, nullptr,
+                         nullptr, nullptr, 1, stream_),
+               Error);
 }
 
 TEST_F(LayerKernels, KvAppendSkipsPositionsOutsideTheContext) {
