@@ -35,8 +35,12 @@ bool RequestStream::finished() const {
 void RequestStream::push(StreamEvent event) {
   {
     std::lock_guard lock(mutex_);
-    if (finished_) return;
-    if (event.kind != StreamEvent::Kind::Text) finished_ = true;
+    const size_t choice = static_cast<size_t>(event.choice);
+    if (finished_ || choice >= ended_.size() || ended_[choice]) return;
+    if (event.kind != StreamEvent::Kind::Text) {
+      ended_[choice] = true;
+      finished_ = std::all_of(ended_.begin(), ended_.end(), [](bool e) { return e; });
+    }
     events_.push_back(std::move(event));
   }
   cv_.notify_all();
@@ -48,6 +52,15 @@ struct Scheduler::Pending {
   RequestParams params;
   std::unique_ptr<TokenLoop> loop;  // sampling, the end checks and the text shown
   std::shared_ptr<RequestStream> stream;
+  int choice = 0;
+  // Choices after the first wait until the first has read the prompt (its
+  // blocks are then in the pool to fork); engine thread only.
+  std::shared_ptr<bool> prompt_read;
+  // An event of this choice.
+  void push(StreamEvent e) const {
+    e.choice = choice;
+    stream->push(std::move(e));
+  }
   Clock::time_point queued_at;
 };
 
@@ -104,10 +117,11 @@ Scheduler::Scheduler(backend::Backend& backend, const tokenizer::Vocab& vocab, S
 
 Scheduler::~Scheduler() { stop(); }
 
-std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params) {
+std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params, int n) {
   using R = RequestRejected::Reason;
   const int n_prompt = static_cast<int>(params.prompt.size());
   if (n_prompt == 0) throw RequestRejected(R::Invalid, "the prompt is empty");
+  if (n < 1) throw RequestRejected(R::Invalid, "a request needs at least one choice");
   if (const int context = context_of(params); n_prompt >= context) {
     throw RequestRejected(R::Invalid, "the prompt has " + std::to_string(n_prompt) +
                                           " tokens but the context holds " + std::to_string(context) +
@@ -121,19 +135,28 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params) {
                                           " positions but the whole pool has " + std::to_string(pool_.n_blocks()) +
                                           ": shorten the prompt or give the server a larger KV pool");
   }
-  auto pending = std::make_unique<Pending>();
+  auto stream = std::make_shared<RequestStream>(n);
+  auto prompt_read = std::make_shared<bool>(false);
+  std::vector<std::unique_ptr<Pending>> choices;
   try {
     for (int32_t t : params.prompt) vocab_.check_id(t);
-    pending->loop = std::make_unique<TokenLoop>(vocab_, params.sampler, n_vocab_,
-                                                AnswerLimits{params.max_tokens, params.stop, params.ignore_eos}, params.prompt);
-    // The prompt is in the penalty window, as in llama.cpp's server and Generator.
+    for (int i = 0; i < n; ++i) {
+      auto pending = std::make_unique<Pending>();
+      pending->params = params;
+      // Choices of a fixed seed differ, and repeat as a whole.
+      if (i > 0 && params.sampler.seed != kRandomSeed) pending->params.sampler.seed = params.sampler.seed + static_cast<uint64_t>(i);
+      // The prompt is in the penalty window, as in llama.cpp's server and Generator.
+      pending->loop = std::make_unique<TokenLoop>(vocab_, pending->params.sampler, n_vocab_,
+                                                  AnswerLimits{params.max_tokens, params.stop, params.ignore_eos}, params.prompt);
+      pending->stream = stream;
+      pending->choice = i;
+      pending->prompt_read = prompt_read;
+      pending->queued_at = Clock::now();
+      choices.push_back(std::move(pending));
+    }
   } catch (const Error& e) {
     throw RequestRejected(R::Invalid, e.what());
   }
-  pending->params = std::move(params);
-  pending->stream = std::make_shared<RequestStream>();
-  pending->queued_at = Clock::now();
-  auto stream = pending->stream;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) throw RequestRejected(R::ShuttingDown, "the server is shutting down");
@@ -141,12 +164,12 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params) {
     drop_cancelled_requests();
     // A request waits only when every slot is taken; the queue bound counts
     // the ones waiting beyond those being served.
-    if (static_cast<int>(queue_.size()) >= options_.max_queue + (n_slots_ - stats_.slots_busy)) {
+    if (static_cast<int>(queue_.size()) + n > options_.max_queue + (n_slots_ - stats_.slots_busy)) {
       ++stats_.requests_rejected;
       throw RequestRejected(R::QueueFull, "the server is busy: " + std::to_string(queue_.size()) +
                                               " requests are waiting; try again later");
     }
-    queue_.push_back(std::move(pending));
+    for (auto& c : choices) queue_.push_back(std::move(c));
     ++stats_.requests_total;
     stats_.queue_depth = static_cast<int>(queue_.size());
   }
@@ -173,9 +196,10 @@ void Scheduler::finish(Slot& slot, FinishReason reason) {
   // Ended from outside (the answer's own end came with its text in
   // advance()): release what is held back, unless nobody reads it.
   std::string rest = slot.request->loop->finish();
-  if (reason != FinishReason::Cancelled && !rest.empty()) slot.request->stream->push(StreamEvent::piece(std::move(rest)));
+  if (reason != FinishReason::Cancelled && !rest.empty()) slot.request->push(StreamEvent::piece(std::move(rest)));
+  *slot.request->prompt_read = true;  // the other choices need not wait for it any more
   if (slot.answered) slot.timings.generate_seconds = seconds_between(slot.generate_start, Clock::now());
-  slot.request->stream->push(StreamEvent::done(reason, slot.timings));
+  slot.request->push(StreamEvent::done(reason, slot.timings));
   slot.done = true;
   give_back_blocks(slot);
   if (reason == FinishReason::Cancelled) {
@@ -192,7 +216,8 @@ void Scheduler::fail(Slot& slot, const std::string& message) {
     std::lock_guard lock(mutex_);
     ++stats_.requests_failed;
   }
-  slot.request->stream->push(StreamEvent::failed(message, slot.timings));
+  slot.request->push(StreamEvent::failed(message, slot.timings));
+  *slot.request->prompt_read = true;
   slot.done = true;
   give_back_blocks(slot);
 }
@@ -274,7 +299,7 @@ void Scheduler::publish_full_blocks(Slot& slot) {
 void Scheduler::drop_cancelled_requests() {
   std::erase_if(queue_, [&](const std::unique_ptr<Pending>& p) {
     if (!p->stream->cancelled()) return false;
-    p->stream->push(StreamEvent::done(FinishReason::Cancelled, {}));
+    p->push(StreamEvent::done(FinishReason::Cancelled, {}));
     ++stats_.requests_cancelled;
     return true;
   });
@@ -297,6 +322,8 @@ void Scheduler::admit(std::vector<std::unique_ptr<Slot>>& slots) {
   }
   for (int i = 0; i < n_slots_ && !queue_.empty(); ++i) {
     if (slots[i]) continue;
+    // A later choice waits for the first to read the prompt, then forks it.
+    if (queue_.front()->choice > 0 && !*queue_.front()->prompt_read) return;
     auto slot = std::make_unique<Slot>(vocab_, std::move(queue_.front()), i, admitted_);
     if (!take_blocks(*slot)) {
       queue_.front() = std::move(slot->request);  // still first in line
@@ -345,7 +372,7 @@ void Scheduler::loop() {
       std::fprintf(stderr, "m40-llm: forward step failed: %s\n", e.what());
       for (auto& s : slots) {
         if (!s) continue;
-        s->request->stream->push(StreamEvent::failed(e.what(), s->timings));
+        s->request->push(StreamEvent::failed(e.what(), s->timings));
         give_back_blocks(*s);
         std::lock_guard lock(mutex_);
         ++stats_.requests_failed;
@@ -367,10 +394,10 @@ void Scheduler::loop() {
   // Shutting down: end everything still running or waiting.
   const StreamEvent bye = StreamEvent::failed("the server is shutting down");
   for (auto& s : slots) {
-    if (s) s->request->stream->push(bye);
+    if (s) s->request->push(bye);
   }
   std::lock_guard lock(mutex_);
-  for (auto& p : queue_) p->stream->push(bye);
+  for (auto& p : queue_) p->push(bye);
   queue_.clear();
   stats_.queue_depth = 0;
   stats_.slots_busy = 0;
@@ -460,6 +487,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       slot.timings.prompt_seconds = seconds_between(slot.prompt_start, after);
       slot.answered = true;
       slot.generate_start = after;
+      // Its full blocks are in the pool now: the other choices may fork them.
+      *slot.request->prompt_read = true;
     }
     const int generated_before = slot.timings.generated_tokens;
     // A request's own sampler may throw (a penalty that overflows a logit):
@@ -496,7 +525,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
 std::optional<FinishReason> Scheduler::advance(Slot& slot, std::span<const float> logits) {
   TokenLoop::Step step = slot.request->loop->next(logits, slot.n_kv, context_of(slot.request->params));
   slot.timings.generated_tokens = slot.request->loop->generated();
-  if (!step.text.empty()) slot.request->stream->push(StreamEvent::piece(std::move(step.text)));
+  if (!step.text.empty()) slot.request->push(StreamEvent::piece(std::move(step.text)));
   if (step.finish) return step.finish;
   slot.tokens.push_back(step.token);
   return std::nullopt;

@@ -58,13 +58,15 @@ struct RequestTimings {
   double generate_seconds = 0;  // from the first sampled token to the end
 };
 
-// One event of a request's stream: a piece of text, or the end.
+// One event of a request's stream: a piece of text, or the end of one of
+// its choices (a request for n answers to one prompt has n).
 struct StreamEvent {
   enum class Kind { Text, Done, Failed };
   Kind kind = Kind::Text;
   std::string text;      // Text: the piece; Failed: the error message
   FinishReason finish_reason = FinishReason::EndOfGeneration;  // Done
   RequestTimings timings;                                       // Done and Failed
+  int choice = 0;        // which answer (0 .. n-1)
 
   static StreamEvent piece(std::string text) { return {Kind::Text, std::move(text), {}, {}}; }
   static StreamEvent done(FinishReason reason, const RequestTimings& timings) { return {Kind::Done, {}, reason, timings}; }
@@ -74,25 +76,29 @@ struct StreamEvent {
 };
 
 // The per-request channel between the engine thread (writer) and the HTTP
-// handler thread (reader). Thread-safe.
+// handler thread (reader), for all of a request's choices. Thread-safe.
 class RequestStream {
  public:
+  explicit RequestStream(int choices = 1) : ended_(static_cast<size_t>(choices), false) {}
+  int choices() const { return static_cast<int>(ended_.size()); }
   // Waits up to `timeout` for events; moves every pending one into `out`.
   // Returns false when none came in time.
   bool wait(std::chrono::milliseconds timeout, std::vector<StreamEvent>& out);
-  // Asks the engine to stop this request; its slot is freed at the next step
-  // and a Done event with FinishReason::Cancelled follows.
+  // Asks the engine to stop this request (every choice); its slots are freed
+  // at the next step and Done events with FinishReason::Cancelled follow.
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
   bool finished() const;
 
-  // Engine side.
+  // Engine side. A choice's events after its Done or Failed are dropped;
+  // the stream is finished when every choice has ended.
   void push(StreamEvent event);
 
  private:
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
+  std::vector<bool> ended_;  // per choice
   bool finished_ = false;
   std::atomic<bool> cancelled_{false};
 };
@@ -146,11 +152,15 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a request. Throws RequestRejected: Invalid for an empty prompt, a
+  // Queues a request for `n` answers (choices) to its prompt: the first
+  // reads the prompt, the others fork its KV blocks once it has (they share
+  // every whole block and read at most the last partial one), each with
+  // its own sampler (a fixed seed s gives choice i the seed s + i). Throws
+  // RequestRejected: Invalid for an empty prompt, a
   // prompt that does not fit in the context or in the whole KV pool, a token out of range or bad
   // sampler parameters; QueueFull when max_queue requests already wait;
   // ShuttingDown after stop().
-  std::shared_ptr<RequestStream> submit(RequestParams params);
+  std::shared_ptr<RequestStream> submit(RequestParams params, int n = 1);
 
   // Ends every request (Failed: "the server is shutting down") and joins the
   // engine thread. Idempotent.

@@ -49,11 +49,11 @@ void check_sampling(const engine::SamplerParams& p) {
 
 }  // namespace
 
-std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params) {
+std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params, int n) {
   using R = engine::RequestRejected::Reason;
   check_sampling(params.sampler);
   try {
-    return m.scheduler->submit(std::move(params));
+    return m.scheduler->submit(std::move(params), n);
   } catch (const engine::RequestRejected& e) {
     switch (e.reason()) {
       case R::Invalid: throw HttpError{400, e.what()};
@@ -64,8 +64,9 @@ std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestP
   }
 }
 
-Completion collect(ServerContext& s, const HttpRequest& req, engine::RequestStream& stream) {
-  Completion out;
+std::vector<Completion> collect(ServerContext& s, const HttpRequest& req, engine::RequestStream& stream) {
+  std::vector<Completion> out(static_cast<size_t>(stream.choices()));
+  size_t done = 0;
   auto next_check = Clock::now() + std::chrono::milliseconds(100);
   std::vector<engine::StreamEvent> events;
   for (;;) {
@@ -85,13 +86,16 @@ Completion collect(ServerContext& s, const HttpRequest& req, engine::RequestStre
       }
     }
     for (auto& e : events) {
+      Completion& c = out[static_cast<size_t>(e.choice)];
       switch (e.kind) {
-        case engine::StreamEvent::Kind::Text: out.text += e.text; break;
+        case engine::StreamEvent::Kind::Text: c.text += e.text; break;
         case engine::StreamEvent::Kind::Done:
-          out.finish_reason = e.finish_reason;
-          out.timings = e.timings;
-          return out;
+          c.finish_reason = e.finish_reason;
+          c.timings = e.timings;
+          if (++done == out.size()) return out;
+          break;
         case engine::StreamEvent::Kind::Failed:
+          stream.cancel();  // the other choices too
           // Stopping ends every request with a failure: not the engine's fault.
           if (s.stopping.load()) throw HttpError{503, "the server is shutting down", "server_error", "shutting_down"};
           throw HttpError{500, e.text, "server_error"};
@@ -119,8 +123,13 @@ void stream_response(ServerContext& s, HttpResponse& res, const char* content_ty
   res.set_header("Cache-Control", "no-cache");
   res.set_stream(content_type, [state = &s, held, format = std::move(format)](ResponseWriter& out) {
     auto& request = *held->stream;
-    if (format.on_start && !out.write(format.on_start())) return;
+    if (format.on_start) {
+      std::string start;
+      for (int c = 0; c < request.choices(); ++c) start += format.on_start(c);
+      if (!out.write(start)) return;
+    }
     std::vector<engine::StreamEvent> events;
+    std::vector<engine::StreamEvent> ends;
     for (;;) {
       events.clear();
       while (!request.wait(std::chrono::milliseconds(100), events)) {
@@ -133,9 +142,13 @@ void stream_response(ServerContext& s, HttpResponse& res, const char* content_ty
       std::string text;
       for (auto& e : events) {
         switch (e.kind) {
-          case engine::StreamEvent::Kind::Text: text += format.on_text(e.text); break;
+          case engine::StreamEvent::Kind::Text: text += format.on_text(e.text, e.choice); break;
           case engine::StreamEvent::Kind::Done:
-            out.write(text + format.on_end(e));
+            text += format.on_end(e);
+            ends.push_back(e);
+            if (static_cast<int>(ends.size()) < request.choices()) break;
+            if (format.on_finish) text += format.on_finish(ends);
+            out.write(text);
             return;
           case engine::StreamEvent::Kind::Failed:
             out.write(text + format.on_error(state->stopping.load() ? "the server is shutting down" : e.text));

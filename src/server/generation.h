@@ -22,27 +22,31 @@ void truncate_prompt(const ResidentModel& m, engine::RequestParams& params);
 // The context a request runs in: its own n_ctx (Ollama's num_ctx), at most
 // the resident model's.
 int request_context(const ResidentModel& m, const engine::RequestParams& params);
-std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params);
+// `n` answers (choices) to the prompt: Scheduler::submit.
+std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params, int n = 1);
 
 struct Completion {
   std::string text;
   engine::FinishReason finish_reason = engine::FinishReason::EndOfGeneration;
   engine::RequestTimings timings;
 };
-// Waits for the whole answer; HttpError 500 when the engine failed, 503
-// when the server stops. A client that closes its connection meanwhile
-// cancels the request.
-Completion collect(ServerContext& s, const HttpRequest& req, engine::RequestStream& stream);
+// Waits for every choice's whole answer (by choice); HttpError 500 when the
+// engine failed, 503 when the server stops. A client that closes its
+// connection meanwhile cancels the request.
+std::vector<Completion> collect(ServerContext& s, const HttpRequest& req, engine::RequestStream& stream);
 
-// Streams the answer as chunks: `on_start` first (may be empty), `on_text`
-// for each piece, then `on_end` for the Done event or `on_error` for a
-// failure or the server stopping (the stream's last chunk: it ends an SSE
-// stream with `data: [DONE]` itself). A client that goes away cancels the
-// request. The lease keeps the model loaded until the stream ends.
+// Streams the answer as chunks: `on_start` for each choice first (may be
+// empty), `on_text` for each piece, `on_end` for each choice's Done event,
+// then `on_finish` (may be empty) once every choice has ended; or
+// `on_error` for a failure or the server stopping (the stream's last chunk:
+// it ends an SSE stream with `data: [DONE]` itself). A client that goes
+// away cancels the request. The lease keeps the model loaded until the
+// stream ends.
 struct StreamFormat {
-  std::function<std::string()> on_start;
-  std::function<std::string(const std::string& text)> on_text;
+  std::function<std::string(int choice)> on_start;
+  std::function<std::string(const std::string& text, int choice)> on_text;
   std::function<std::string(const engine::StreamEvent& done)> on_end;
+  std::function<std::string(const std::vector<engine::StreamEvent>& ends)> on_finish;
   std::function<std::string(const std::string& message)> on_error;
 };
 void stream_response(ServerContext& s, HttpResponse& res, const char* content_type,

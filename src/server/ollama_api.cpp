@@ -187,7 +187,7 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
     return j;
   };
   if (!stream) {
-    const Completion c = collect(s, req, *request);
+    const Completion c = collect(s, req, *request).front();
     json j = piece(c.text, true);
     j["done_reason"] = done_reason(c.finish_reason);
     add_timings(j, c.timings, received, load_seconds);
@@ -195,7 +195,7 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
     return;
   }
   StreamFormat f;
-  f.on_text = [piece](const std::string& text) { return ndjson(piece(text, false)); };
+  f.on_text = [piece](const std::string& text, int) { return ndjson(piece(text, false)); };
   f.on_end = [piece, received, load_seconds](const engine::StreamEvent& done) {
     json j = piece("", true);
     j["done_reason"] = done_reason(done.finish_reason);

@@ -53,7 +53,6 @@ engine::RequestParams openai_params(const json& body) {
   p.cache_prompt = get_bool(body, "cache_prompt").value_or(true);
   p.stop = get_stop(body, "stop");
   if (p.stop.size() > 16) throw HttpError{400, "'stop' may hold at most 16 strings"};
-  if (auto n = get_int(body, "n"); n && *n != 1) throw HttpError{400, "only n = 1 is supported"};
   if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) throw HttpError{400, "'logit_bias' must be an object of token id -> bias"};
     for (const auto& [key, value] : it->items()) {
@@ -80,11 +79,26 @@ bool wants_usage(const json& body) {
   return get_bool(*it, "include_usage").value_or(false);
 }
 
-json usage_json(const engine::RequestTimings& t) {
-  return {{"prompt_tokens", t.prompt_tokens},
-          {"completion_tokens", t.generated_tokens},
-          {"total_tokens", t.prompt_tokens + t.generated_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", t.cached_tokens}}}};
+// How many answers (choices) a request asks for: `n`, 1 to kMaxChoices.
+constexpr int kMaxChoices = 16;
+int choice_count(const json& body) {
+  const auto n = get_int(body, "n").value_or(1);
+  if (n < 1 || n > kMaxChoices) {
+    throw HttpError{400, "'n' must be between 1 and " + std::to_string(kMaxChoices) + ", got " + std::to_string(n)};
+  }
+  return static_cast<int>(n);
+}
+
+// The usage of all choices: the prompt once (cached as the first choice
+// read it; the others fork its blocks), the completions together.
+json usage_json(const std::vector<engine::RequestTimings>& choices) {
+  const engine::RequestTimings& first = choices.front();
+  int completion = 0;
+  for (const auto& t : choices) completion += t.generated_tokens;
+  return {{"prompt_tokens", first.prompt_tokens},
+          {"completion_tokens", completion},
+          {"total_tokens", first.prompt_tokens + completion},
+          {"prompt_tokens_details", {{"cached_tokens", first.cached_tokens}}}};
 }
 
 std::string finish_name(engine::FinishReason r) { return std::string(engine::finish_reason_name(r)); }
@@ -155,6 +169,7 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
   const json body = parse_body(req);
   const std::string model_ref = model_field(body);
   engine::RequestParams params = openai_params(body);
+  const int n = choice_count(body);
   const bool stream = wants_stream(body);
   const bool usage = wants_usage(body);
   const json messages = chat ? openai_messages(body) : json();
@@ -168,19 +183,26 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
   const std::string model = m.name;
   const char* object = chat ? "chat.completion" : "text_completion";
 
-  auto request = submit(m, std::move(params));
+  auto request = submit(m, std::move(params), n);
   if (!stream) {
-    const Completion c = collect(s, req, *request);
-    json choice = {{"index", 0}};
-    if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    } else {
-      choice["text"] = c.text;
+    const std::vector<Completion> answers = collect(s, req, *request);
+    json choices = json::array();
+    std::vector<engine::RequestTimings> timings;
+    for (size_t i = 0; i < answers.size(); ++i) {
+      const Completion& c = answers[i];
+      json choice = {{"index", i}};
+      if (chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      } else {
+        choice["text"] = c.text;
+      }
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = finish_name(c.finish_reason);
+      choices.push_back(std::move(choice));
+      timings.push_back(c.timings);
     }
-    choice["logprobs"] = nullptr;
-    choice["finish_reason"] = finish_name(c.finish_reason);
     send_json(res, {{"id", id}, {"object", object}, {"created", created}, {"model", model},
-                    {"choices", json::array({choice})}, {"usage", usage_json(c.timings)}});
+                    {"choices", std::move(choices)}, {"usage", usage_json(timings)}});
     return;
   }
 
@@ -193,13 +215,13 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
   };
   StreamFormat f;
   if (chat) {
-    f.on_start = [=] {
-      return sse(chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+    f.on_start = [=](int index) {
+      return sse(chunk({{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
                         {"finish_reason", nullptr}}));
     };
   }
-  f.on_text = [=](const std::string& text) {
-    json choice = {{"index", 0}};
+  f.on_text = [=](const std::string& text, int index) {
+    json choice = {{"index", index}};
     if (chat) choice["delta"] = {{"content", text}};
     else choice["text"] = text;
     choice["logprobs"] = nullptr;
@@ -207,15 +229,20 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
     return sse(chunk(std::move(choice)));
   };
   f.on_end = [=](const engine::StreamEvent& done) {
-    json choice = {{"index", 0}};
+    json choice = {{"index", done.choice}};
     if (chat) choice["delta"] = json::object();
     else choice["text"] = "";
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = finish_name(done.finish_reason);
-    std::string out = sse(chunk(std::move(choice)));
+    return sse(chunk(std::move(choice)));
+  };
+  f.on_finish = [=](const std::vector<engine::StreamEvent>& ends) {
+    std::string out;
     if (usage) {
+      std::vector<engine::RequestTimings> timings(ends.size());
+      for (const auto& e : ends) timings[static_cast<size_t>(e.choice)] = e.timings;
       out += sse({{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model},
-                  {"choices", json::array()}, {"usage", usage_json(done.timings)}});
+                  {"choices", json::array()}, {"usage", usage_json(timings)}});
     }
     return out + "data: [DONE]\n\n";
   };

@@ -581,3 +581,65 @@ TEST_F(SchedulerTest, WhenThePoolRunsOutTheYoungestRequestWaitsAndResumes) {
   EXPECT_EQ(alone.end.finish_reason, engine::FinishReason::ContextFull);
   EXPECT_EQ(alone.end.timings.generated_tokens, 12 * 16 - 40 + 1);
 }
+
+// n answers to one prompt: the first reads it, the others fork its whole
+// blocks; seeded choices differ and each repeats.
+TEST_F(SchedulerTest, ChoicesForkTheFirstChoicesPromptBlocks) {
+  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+  const engine::BackendOptions bo = cpu_options(2);
+  const auto prompt = story_prompt(50);
+  const std::string alone = answer_alone(*model, bo, *vocab_, greedy(prompt, 12));
+
+  auto backend = engine::make_backend(*model, bo);
+  engine::Scheduler scheduler(*backend, *vocab_);
+  auto stream = scheduler.submit(greedy(prompt, 12), 3);  // three choices on two slots
+  EXPECT_EQ(stream->choices(), 3);
+  std::vector<std::string> texts(3);
+  std::vector<engine::StreamEvent> ends(3);
+  std::vector<engine::StreamEvent> events;
+  for (int idle = 0; idle < 300 && !stream->finished();) {
+    events.clear();
+    if (!stream->wait(std::chrono::milliseconds(100), events)) {
+      ++idle;
+      continue;
+    }
+    for (auto& e : events) {
+      ASSERT_GE(e.choice, 0);
+      ASSERT_LT(e.choice, 3);
+      if (e.kind == engine::StreamEvent::Kind::Text) texts[e.choice] += e.text;
+      else ends[e.choice] = e;
+    }
+  }
+  ASSERT_TRUE(stream->finished());
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(ends[c].kind, engine::StreamEvent::Kind::Done) << c;
+    EXPECT_EQ(texts[c], alone) << c;  // greedy: every choice the same
+  }
+  EXPECT_EQ(ends[0].timings.cached_tokens, 0);
+  EXPECT_EQ(ends[1].timings.cached_tokens, 48);  // 3 whole blocks of the 50-token prompt
+  EXPECT_EQ(ends[2].timings.cached_tokens, 48);
+
+  // Sampled with a seed: choices differ, and the request repeats exactly.
+  auto sampled = greedy(prompt, 24);
+  sampled.sampler.temperature = 1.0f;
+  sampled.sampler.seed = 42;
+  const auto run_choices = [&] {
+    auto s = scheduler.submit(sampled, 2);
+    std::vector<std::string> out(2);
+    std::vector<engine::StreamEvent> ev;
+    for (int idle = 0; idle < 300 && !s->finished();) {
+      ev.clear();
+      if (!s->wait(std::chrono::milliseconds(100), ev)) {
+        ++idle;
+        continue;
+      }
+      for (auto& e : ev) {
+        if (e.kind == engine::StreamEvent::Kind::Text) out[e.choice] += e.text;
+      }
+    }
+    return out;
+  };
+  const auto first = run_choices();
+  EXPECT_NE(first[0], first[1]);
+  EXPECT_EQ(run_choices(), first);
+}

@@ -825,3 +825,62 @@ TEST_F(ServerTest, ASecondChatTurnReportsItsCachedTokens) {
       << metrics;
   EXPECT_NE(metrics.find("\nm40_kv_blocks_total "), std::string::npos);
 }
+
+// OpenAI's n: several answers to one prompt, whole and streamed; the later
+// choices fork the first one's prompt blocks (counted in /metrics).
+TEST_F(ServerTest, NChoicesAnswerWholeAndStreamed) {
+  start(with(2));
+  const std::string prompt = "Once upon a time there was a little girl named Lily. She liked to play outside in the park.";
+  auto r = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"n", 3}, {"ignore_eos", true}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json whole = json::parse(r->body);
+  ASSERT_EQ(whole["choices"].size(), 3u) << r->body;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(whole["choices"][i]["index"], i);
+    EXPECT_EQ(whole["choices"][i]["text"], whole["choices"][0]["text"]);  // greedy
+    EXPECT_EQ(whole["choices"][i]["finish_reason"], "length");
+  }
+  EXPECT_EQ(whole["usage"]["completion_tokens"], 18);
+  const int prompt_tokens = whole["usage"]["prompt_tokens"];
+  const std::string metrics = client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("\nm40_prompt_tokens_cached_total " + std::to_string(2 * ((prompt_tokens - 1) / 16 * 16)) + "\n"),
+            std::string::npos)
+      << metrics;
+
+  auto streamed = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                                {"max_tokens", 4}, {"temperature", 0}, {"n", 2}, {"stream", true}, {"ignore_eos", true},
+                                                {"stream_options", {{"include_usage", true}}}});
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  std::vector<std::string> text(2);
+  std::vector<int> finished(2, 0);
+  int done_markers = 0;
+  json usage;
+  for (const auto& data : sse_data(streamed->body)) {
+    if (data == "[DONE]") {
+      ++done_markers;
+      continue;
+    }
+    const json e = json::parse(data);
+    if (e.contains("usage") && !e["usage"].is_null()) usage = e["usage"];
+    for (const auto& c : e["choices"]) {
+      const int index = c["index"];
+      ASSERT_TRUE(index == 0 || index == 1) << data;
+      if (c["delta"].contains("content")) text[index] += c["delta"]["content"].get<std::string>();
+      if (!c["finish_reason"].is_null()) ++finished[index];
+    }
+  }
+  EXPECT_EQ(done_markers, 1);
+  EXPECT_EQ(finished, (std::vector<int>{1, 1}));
+  EXPECT_EQ(text[0], text[1]);
+  EXPECT_FALSE(text[0].empty());
+  EXPECT_EQ(usage["completion_tokens"], 8);
+
+  for (const json& bad : {json(0), json(17), json("2")}) {
+    auto refused = post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}, {"n", bad}});
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 400) << bad << ": " << refused->body;
+    EXPECT_NE(refused->body.find("'n'"), std::string::npos) << refused->body;
+  }
+}
