@@ -112,7 +112,7 @@ int run_interactive_chat(const model::LoadedModel& model, const tokenizer::Vocab
   } else {
     reader = make_stream_reader();
   }
-  ChatSession session(backend, vocab, chat::model_chat_template(model.file));
+  ChatSession session(backend, vocab, chat::model_chat_template(model.file), settings.generation.batch_size);
   ChatCommands commands(session, settings, model_info_text(model.file, backend.n_ctx(), backend.name()));
 
   std::string pending;  // a multi-line message so far

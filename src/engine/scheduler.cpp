@@ -194,32 +194,37 @@ SchedulerStats Scheduler::stats() const {
 
 void Scheduler::finish(Slot& slot, FinishReason reason) {
   // Ended from outside (the answer's own end came with its text in
-  // advance()): release what is held back, unless nobody reads it.
+  // advance()): release what is held back (a cancelled answer may be kept
+  // as far as it got, as the CLI chat keeps it).
   std::string rest = slot.request->loop->finish();
-  if (reason != FinishReason::Cancelled && !rest.empty()) slot.request->push(StreamEvent::piece(std::move(rest)));
+  if (!rest.empty()) slot.request->push(StreamEvent::piece(std::move(rest)));
   *slot.request->prompt_read = true;  // the other choices need not wait for it any more
   if (slot.answered) slot.timings.generate_seconds = seconds_between(slot.generate_start, Clock::now());
-  slot.request->push(StreamEvent::done(reason, slot.timings));
   slot.done = true;
   give_back_blocks(slot);
-  if (reason == FinishReason::Cancelled) {
+  {
+    // The slot is free for the next submit before its client hears of the
+    // end (a client that submits again at once is not refused).
     std::lock_guard lock(mutex_);
-    ++stats_.requests_cancelled;
+    stats_.slots_busy = std::max(0, stats_.slots_busy - 1);
+    if (reason == FinishReason::Cancelled) ++stats_.requests_cancelled;
   }
+  slot.request->push(StreamEvent::done(reason, slot.timings));
 }
 
 // One request's own failure (its sampler, its text): it ends alone, the
 // others in the step go on.
 void Scheduler::fail(Slot& slot, const std::string& message) {
   std::fprintf(stderr, "m40-llm: request failed: %s\n", message.c_str());
-  {
-    std::lock_guard lock(mutex_);
-    ++stats_.requests_failed;
-  }
-  slot.request->push(StreamEvent::failed(message, slot.timings));
   *slot.request->prompt_read = true;
   slot.done = true;
   give_back_blocks(slot);
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.requests_failed;
+    stats_.slots_busy = std::max(0, stats_.slots_busy - 1);
+  }
+  slot.request->push(StreamEvent::failed(message, slot.timings));
 }
 
 // ---- the KV blocks of a slot ----------------------------------------------------
@@ -372,10 +377,13 @@ void Scheduler::loop() {
       std::fprintf(stderr, "m40-llm: forward step failed: %s\n", e.what());
       for (auto& s : slots) {
         if (!s) continue;
-        s->request->push(StreamEvent::failed(e.what(), s->timings));
         give_back_blocks(*s);
-        std::lock_guard lock(mutex_);
-        ++stats_.requests_failed;
+        {
+          std::lock_guard lock(mutex_);
+          ++stats_.requests_failed;
+          stats_.slots_busy = std::max(0, stats_.slots_busy - 1);
+        }
+        s->request->push(StreamEvent::failed(e.what(), s->timings));
         s.reset();
       }
     }
