@@ -65,7 +65,7 @@ struct Scheduler::Pending {
 };
 
 struct Scheduler::Slot {
-  Slot(const tokenizer::Vocab& vocab, std::unique_ptr<Pending> p, int seq_id, uint64_t admission)
+  Slot(std::unique_ptr<Pending> p, int seq_id, uint64_t admission)
       : request(std::move(p)),
         seq(seq_id),
         order(admission),
@@ -329,7 +329,7 @@ void Scheduler::admit(std::vector<std::unique_ptr<Slot>>& slots) {
     if (slots[i]) continue;
     // A later choice waits for the first to read the prompt, then forks it.
     if (queue_.front()->choice > 0 && !*queue_.front()->prompt_read) return;
-    auto slot = std::make_unique<Slot>(vocab_, std::move(queue_.front()), i, admitted_);
+    auto slot = std::make_unique<Slot>(std::move(queue_.front()), i, admitted_);
     if (!take_blocks(*slot)) {
       queue_.front() = std::move(slot->request);  // still first in line
       return;

@@ -39,6 +39,7 @@
 #include "backends/kv_blocks.h"
 #include "common/error.h"
 #include "device_buffer.h"
+#include "stream_test.h"
 #include "layer_test_util.h"
 
 namespace m40::cuda {
@@ -84,15 +85,8 @@ std::string describe(const AttentionPlan& plan) {
   return "?";
 }
 
-class Attention : public ::testing::Test {
+class Attention : public test::CudaStreamTest {
  protected:
-  void SetUp() override {
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    M40_CUDA_CHECK(cudaStreamCreate(&stream_));
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
 
   // A paged cache for n_seq sequences of n_ctx positions: a pool of
   // kSpareBlocks more blocks than they need, all rows random (stored through
@@ -213,7 +207,6 @@ class Attention : public ::testing::Test {
     return threads;
   }
 
-  cudaStream_t stream_ = nullptr;
   backend::KvType kv_type_ = backend::KvType::F16;  // the cache type check() builds
 };
 

@@ -18,6 +18,7 @@
 #include "backends/cuda/device.h"
 #include "common/error.h"
 #include "device_buffer.h"
+#include "stream_test.h"
 #include "quant/block_types.h"
 #include "quant/dequantize.h"
 #include "quant/random_blocks.h"
@@ -28,15 +29,8 @@ namespace {
 using gguf::TensorType;
 using test::DeviceBuffer;
 
-class DequantizeOnDevice : public ::testing::Test {
+class DequantizeOnDevice : public test::CudaStreamTest {
  protected:
-  void SetUp() override {
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    M40_CUDA_CHECK(cudaStreamCreate(&stream_));
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
 
   // Dequantizes n values of `type` on the GPU and on the CPU and expects the
   // same bits everywhere.
@@ -63,7 +57,6 @@ class DequantizeOnDevice : public ::testing::Test {
     EXPECT_EQ(mismatches, 0);
   }
 
-  cudaStream_t stream_ = nullptr;
 };
 
 TEST_F(DequantizeOnDevice, EveryBlockFormatMatchesTheCpuBitForBit) {

@@ -43,6 +43,7 @@
 #include "backends/kv_blocks.h"
 #include "common/error.h"
 #include "device_buffer.h"
+#include "stream_test.h"
 #include "layer_test_util.h"
 #include "model/hparams.h"
 #include "quant/fp16.h"
@@ -59,16 +60,8 @@ using test::poison;
 using test::random_floats;
 using test::to_device;
 
-class LayerKernels : public ::testing::Test {
+class LayerKernels : public test::CudaStreamTest {
  protected:
-  void SetUp() override {
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    M40_CUDA_CHECK(cudaStreamCreate(&stream_));
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t stream_ = nullptr;
 };
 
 // ---------------------------------------------------------------------------
