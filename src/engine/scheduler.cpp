@@ -87,6 +87,7 @@ struct Scheduler::Slot {
   std::vector<uint64_t> hashes;   // chain hashes of its first hashes.size() blocks (full, published)
   bool has_blocks = false;        // false: preempted (or not yet placed), waiting for room
   bool answered = false;          // the first logits came (the prompt was read once)
+  std::vector<TokenLogprob> held_logprobs;  // sampled tokens whose text is still held back
   RequestTimings timings;
   Clock::time_point prompt_start{};
   Clock::time_point generate_start{};
@@ -147,7 +148,8 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params, int n) {
       if (i > 0 && params.sampler.seed != kRandomSeed) pending->params.sampler.seed = params.sampler.seed + static_cast<uint64_t>(i);
       // The prompt is in the penalty window, as in llama.cpp's server and Generator.
       pending->loop = std::make_unique<TokenLoop>(vocab_, pending->params.sampler, n_vocab_,
-                                                  AnswerLimits{params.max_tokens, params.stop, params.ignore_eos}, params.prompt);
+                                                  AnswerLimits{params.max_tokens, params.stop, params.ignore_eos}, params.prompt,
+                                                  params.logprobs);
       pending->stream = stream;
       pending->choice = i;
       pending->prompt_read = prompt_read;
@@ -197,7 +199,12 @@ void Scheduler::finish(Slot& slot, FinishReason reason) {
   // advance()): release what is held back (a cancelled answer may be kept
   // as far as it got, as the CLI chat keeps it).
   std::string rest = slot.request->loop->finish();
-  if (!rest.empty()) slot.request->push(StreamEvent::piece(std::move(rest)));
+  if (!rest.empty()) {
+    StreamEvent piece = StreamEvent::piece(std::move(rest));
+    piece.logprobs = std::move(slot.held_logprobs);
+    slot.held_logprobs.clear();
+    slot.request->push(std::move(piece));
+  }
   *slot.request->prompt_read = true;  // the other choices need not wait for it any more
   if (slot.answered) slot.timings.generate_seconds = seconds_between(slot.generate_start, Clock::now());
   slot.done = true;
@@ -209,7 +216,9 @@ void Scheduler::finish(Slot& slot, FinishReason reason) {
     stats_.slots_busy = std::max(0, stats_.slots_busy - 1);
     if (reason == FinishReason::Cancelled) ++stats_.requests_cancelled;
   }
-  slot.request->push(StreamEvent::done(reason, slot.timings));
+  StreamEvent done = StreamEvent::done(reason, slot.timings);
+  done.logprobs = std::move(slot.held_logprobs);
+  slot.request->push(std::move(done));
 }
 
 // One request's own failure (its sampler, its text): it ends alone, the
@@ -533,7 +542,13 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
 std::optional<FinishReason> Scheduler::advance(Slot& slot, std::span<const float> logits) {
   TokenLoop::Step step = slot.request->loop->next(logits, slot.n_kv, context_of(slot.request->params));
   slot.timings.generated_tokens = slot.request->loop->generated();
-  if (!step.text.empty()) slot.request->push(StreamEvent::piece(std::move(step.text)));
+  if (step.logprob) slot.held_logprobs.push_back(std::move(*step.logprob));
+  if (!step.text.empty()) {
+    StreamEvent piece = StreamEvent::piece(std::move(step.text));
+    piece.logprobs = std::move(slot.held_logprobs);
+    slot.held_logprobs.clear();
+    slot.request->push(std::move(piece));
+  }
   if (step.finish) return step.finish;
   slot.tokens.push_back(step.token);
   return std::nullopt;

@@ -47,6 +47,7 @@ struct RequestParams {
   bool ignore_eos = false;
   bool cache_prompt = true;       // false: read the whole prompt even where cached blocks hold its beginning
   int n_ctx = 0;                  // the most positions this request may use; 0 or more than the backend's: the backend's
+  int logprobs = -1;              // >= 0: each answer token's log-probability and that many alternatives (TokenLoop)
 };
 
 struct RequestTimings {
@@ -67,11 +68,29 @@ struct StreamEvent {
   FinishReason finish_reason = FinishReason::EndOfGeneration;  // Done
   RequestTimings timings;                                       // Done and Failed
   int choice = 0;        // which answer (0 .. n-1)
+  // With RequestParams::logprobs: the tokens sampled since the previous
+  // event of this choice, in order (Text; Done carries those whose text was
+  // never shown, such as a stop string's).
+  std::vector<TokenLogprob> logprobs;
 
-  static StreamEvent piece(std::string text) { return {Kind::Text, std::move(text), {}, {}}; }
-  static StreamEvent done(FinishReason reason, const RequestTimings& timings) { return {Kind::Done, {}, reason, timings}; }
+  static StreamEvent piece(std::string text) {
+    StreamEvent e;
+    e.text = std::move(text);
+    return e;
+  }
+  static StreamEvent done(FinishReason reason, const RequestTimings& timings) {
+    StreamEvent e;
+    e.kind = Kind::Done;
+    e.finish_reason = reason;
+    e.timings = timings;
+    return e;
+  }
   static StreamEvent failed(std::string message, const RequestTimings& timings = {}) {
-    return {Kind::Failed, std::move(message), {}, timings};
+    StreamEvent e;
+    e.kind = Kind::Failed;
+    e.text = std::move(message);
+    e.timings = timings;
+    return e;
   }
 };
 

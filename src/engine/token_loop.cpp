@@ -1,6 +1,8 @@
 #include "engine/token_loop.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace m40::engine {
 
@@ -31,14 +33,39 @@ std::vector<std::string> stops_with_end_texts(const tokenizer::Vocab& vocab, con
 
 }  // namespace
 
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top) {
+  // log p(t) = logit(t) - log(sum exp(logit)), the sum taken from the maximum
+  // so that no exp() overflows.
+  float max = -std::numeric_limits<float>::infinity();
+  for (float l : logits) max = std::max(max, l);
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double log_total = max + std::log(sum);
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = static_cast<float>(logits[static_cast<size_t>(token)] - log_total);
+  const size_t k = std::min<size_t>(static_cast<size_t>(std::max(top, 0)), logits.size());
+  if (k > 0) {
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    // Most likely first; ties to the lower id, as the greedy sampler breaks them.
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - log_total));
+  }
+  return out;
+}
+
 TokenLoop::TokenLoop(const tokenizer::Vocab& vocab, const SamplerParams& sampler, int n_vocab, AnswerLimits limits,
-                     std::span<const int32_t> prompt)
+                     std::span<const int32_t> prompt, int logprobs)
     : vocab_(vocab),
       sampler_(sampler, n_vocab),
       limits_(std::move(limits)),
       detok_(vocab, {.render_special = false, .sequence_start = false}),
       stops_(stops_with_end_texts(vocab, limits_)),
-      user_stops_(limits_.stop.size()) {
+      user_stops_(limits_.stop.size()),
+      logprobs_(logprobs) {
   for (int32_t t : prompt) sampler_.accept(t);
 }
 
@@ -64,6 +91,7 @@ TokenLoop::Step TokenLoop::next(std::span<const float> logits, int n_fed, int n_
   sampler_.accept(token);
   if (!limits_.ignore_eos && vocab_.is_end_of_generation(token)) return end(FinishReason::EndOfGeneration, true);
   tokens_.push_back(token);
+  if (logprobs_ >= 0) step.logprob = token_logprob(logits, token, logprobs_);
   std::string text;
   detok_.push(token, text);
   step.text = stops_.push(text);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,17 +30,34 @@ struct AnswerLimits {
   bool ignore_eos = false;        // keep going past end-of-generation tokens (and their text)
 };
 
+// A sampled token's log-probability under the model's distribution (the
+// log-softmax of its logits, before temperature, penalties or truncation,
+// as OpenAI reports them), and the most likely alternatives.
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
+// The log-probability of `token` and of the `top` most likely tokens.
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top);
+
 class TokenLoop {
  public:
   // The prompt's tokens enter the sampler's penalty window (as in
   // llama.cpp). Throws m40::Error for bad sampler parameters.
+  // `logprobs` >= 0: each step reports the sampled token's log-probability
+  // and that many alternatives (-1: none).
   TokenLoop(const tokenizer::Vocab& vocab, const SamplerParams& sampler, int n_vocab, AnswerLimits limits,
-            std::span<const int32_t> prompt);
+            std::span<const int32_t> prompt, int logprobs = -1);
 
   struct Step {
     std::string text;                    // to show now (may be empty)
     std::optional<FinishReason> finish;  // the answer ends here; `text` then holds all that was held back
     int32_t token = -1;                  // otherwise: the token to feed next
+    // The sampled token's, when asked for (none for an end-of-generation
+    // token, which is not part of the answer).
+    std::optional<TokenLogprob> logprob;
   };
   // After the step whose logits these are, when the context holds `n_fed`
   // positions of at most `n_ctx`: samples the next token and says what to
@@ -62,6 +80,7 @@ class TokenLoop {
   tokenizer::StreamingDetokenizer detok_;
   StopStringFilter stops_;
   size_t user_stops_;  // stops_ holds the request's stop strings, then the end tokens' texts
+  int logprobs_;
   std::vector<int32_t> tokens_;
   bool ended_ = false;
 };

@@ -88,8 +88,12 @@ std::vector<Completion> collect(ServerContext& s, const HttpRequest& req, engine
     for (auto& e : events) {
       Completion& c = out[static_cast<size_t>(e.choice)];
       switch (e.kind) {
-        case engine::StreamEvent::Kind::Text: c.text += e.text; break;
+        case engine::StreamEvent::Kind::Text:
+          c.text += e.text;
+          c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+          break;
         case engine::StreamEvent::Kind::Done:
+          c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
           c.finish_reason = e.finish_reason;
           c.timings = e.timings;
           if (++done == out.size()) return out;
@@ -142,7 +146,7 @@ void stream_response(ServerContext& s, HttpResponse& res, const char* content_ty
       std::string text;
       for (auto& e : events) {
         switch (e.kind) {
-          case engine::StreamEvent::Kind::Text: text += format.on_text(e.text, e.choice); break;
+          case engine::StreamEvent::Kind::Text: text += format.on_text(e); break;
           case engine::StreamEvent::Kind::Done:
             text += format.on_end(e);
             ends.push_back(e);

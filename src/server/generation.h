@@ -29,6 +29,7 @@ struct Completion {
   std::string text;
   engine::FinishReason finish_reason = engine::FinishReason::EndOfGeneration;
   engine::RequestTimings timings;
+  std::vector<engine::TokenLogprob> logprobs;  // with RequestParams::logprobs
 };
 // Waits for every choice's whole answer (by choice); HttpError 500 when the
 // engine failed, 503 when the server stops. A client that closes its
@@ -44,7 +45,7 @@ std::vector<Completion> collect(ServerContext& s, const HttpRequest& req, engine
 // stream ends.
 struct StreamFormat {
   std::function<std::string(int choice)> on_start;
-  std::function<std::string(const std::string& text, int choice)> on_text;
+  std::function<std::string(const engine::StreamEvent& piece)> on_text;  // its text, choice and logprobs
   std::function<std::string(const engine::StreamEvent& done)> on_end;
   std::function<std::string(const std::vector<engine::StreamEvent>& ends)> on_finish;
   std::function<std::string(const std::string& message)> on_error;

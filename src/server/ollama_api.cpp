@@ -195,7 +195,7 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
     return;
   }
   StreamFormat f;
-  f.on_text = [piece](const std::string& text, int) { return ndjson(piece(text, false)); };
+  f.on_text = [piece](const engine::StreamEvent& e) { return ndjson(piece(e.text, false)); };
   f.on_end = [piece, received, load_seconds](const engine::StreamEvent& done) {
     json j = piece("", true);
     j["done_reason"] = done_reason(done.finish_reason);

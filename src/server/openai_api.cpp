@@ -103,6 +103,65 @@ json usage_json(const std::vector<engine::RequestTimings>& choices) {
 
 std::string finish_name(engine::FinishReason r) { return std::string(engine::finish_reason_name(r)); }
 
+// What a request asks of log-probabilities: -1 none, else how many
+// alternatives each token comes with. Chat: `logprobs: true` and
+// `top_logprobs` 0-20; completions: `logprobs` 0-5 (OpenAI's ranges).
+int requested_logprobs(const json& body, bool chat) {
+  if (chat) {
+    const bool on = get_bool(body, "logprobs").value_or(false);
+    const auto top = get_int(body, "top_logprobs");
+    if (top && !on) throw HttpError{400, "'top_logprobs' needs 'logprobs': true"};
+    if (top && (*top < 0 || *top > 20)) throw HttpError{400, "'top_logprobs' must be between 0 and 20"};
+    return on ? static_cast<int>(top.value_or(0)) : -1;
+  }
+  const auto n = get_int(body, "logprobs");
+  if (!n) return -1;
+  if (*n < 0 || *n > 5) throw HttpError{400, "'logprobs' must be between 0 and 5"};
+  return static_cast<int>(*n);
+}
+
+// A token as OpenAI's chat logprobs show it: its text (a piece may hold part
+// of a UTF-8 character; the JSON writer replaces what is not valid), its
+// log-probability and its exact bytes.
+json token_json(const tokenizer::Vocab& vocab, int32_t id, float logprob) {
+  const std::string& piece = vocab.piece(id);
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return {{"token", piece}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
+}
+
+// Chat completions: {"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}.
+json chat_logprobs(const tokenizer::Vocab& vocab, const std::vector<engine::TokenLogprob>& tokens) {
+  json content = json::array();
+  for (const auto& t : tokens) {
+    json entry = token_json(vocab, t.token, t.logprob);
+    json top = json::array();
+    for (const auto& [id, lp] : t.top) top.push_back(token_json(vocab, id, lp));
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+// Completions: parallel lists of tokens, their log-probabilities, the
+// alternatives ({token: logprob}) and each token's byte offset in the text,
+// counted from `offset` (and advanced past the tokens).
+json completion_logprobs(const tokenizer::Vocab& vocab, const std::vector<engine::TokenLogprob>& tokens, size_t& offset) {
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const auto& t : tokens) {
+    const std::string& piece = vocab.piece(t.token);
+    out["tokens"].push_back(piece);
+    out["token_logprobs"].push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [id, lp] : t.top) top[vocab.piece(id)] = lp;
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(offset);
+    offset += piece.size();
+  }
+  return out;
+}
+
 json openai_model(const AvailableModel& m) {
   return {{"id", m.name},
           {"object", "model"},
@@ -170,6 +229,8 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
   const std::string model_ref = model_field(body);
   engine::RequestParams params = openai_params(body);
   const int n = choice_count(body);
+  params.logprobs = requested_logprobs(body, chat);
+  const bool logprobs = params.logprobs >= 0;
   const bool stream = wants_stream(body);
   const bool usage = wants_usage(body);
   const json messages = chat ? openai_messages(body) : json();
@@ -196,7 +257,10 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
       } else {
         choice["text"] = c.text;
       }
-      choice["logprobs"] = nullptr;
+      size_t offset = 0;
+      choice["logprobs"] = !logprobs ? json(nullptr)
+                           : chat    ? chat_logprobs(*m.vocab, c.logprobs)
+                                     : completion_logprobs(*m.vocab, c.logprobs, offset);
       choice["finish_reason"] = finish_name(c.finish_reason);
       choices.push_back(std::move(choice));
       timings.push_back(c.timings);
@@ -220,11 +284,18 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
                         {"finish_reason", nullptr}}));
     };
   }
-  f.on_text = [=](const std::string& text, int index) {
-    json choice = {{"index", index}};
-    if (chat) choice["delta"] = {{"content", text}};
-    else choice["text"] = text;
-    choice["logprobs"] = nullptr;
+  // Each choice's byte offset in its text so far (completions' text_offset).
+  auto offsets = std::make_shared<std::vector<size_t>>(static_cast<size_t>(n), 0);
+  const tokenizer::Vocab* vocab = m.vocab.get();
+  auto logprobs_of = [=](const engine::StreamEvent& e) {
+    if (!logprobs) return json(nullptr);
+    return chat ? chat_logprobs(*vocab, e.logprobs) : completion_logprobs(*vocab, e.logprobs, (*offsets)[static_cast<size_t>(e.choice)]);
+  };
+  f.on_text = [=](const engine::StreamEvent& e) {
+    json choice = {{"index", e.choice}};
+    if (chat) choice["delta"] = {{"content", e.text}};
+    else choice["text"] = e.text;
+    choice["logprobs"] = logprobs_of(e);
     choice["finish_reason"] = nullptr;
     return sse(chunk(std::move(choice)));
   };
@@ -232,7 +303,7 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
     json choice = {{"index", done.choice}};
     if (chat) choice["delta"] = json::object();
     else choice["text"] = "";
-    choice["logprobs"] = nullptr;
+    choice["logprobs"] = done.logprobs.empty() ? json(nullptr) : logprobs_of(done);
     choice["finish_reason"] = finish_name(done.finish_reason);
     return sse(chunk(std::move(choice)));
   };

@@ -3,7 +3,9 @@
 // an end token's text never shown, even spelled out in ordinary pieces.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,14 @@ namespace {
 
 using engine::FinishReason;
 using engine::TokenLoop;
+
+engine::AnswerLimits limits(int max_tokens = -1, std::vector<std::string> stop = {}, bool ignore_eos = false) {
+  engine::AnswerLimits l;
+  l.max_tokens = max_tokens;
+  l.stop = std::move(stop);
+  l.ignore_eos = ignore_eos;
+  return l;
+}
 
 class TokenLoopTest : public ::testing::Test {
  protected:
@@ -62,14 +72,14 @@ TEST_F(TokenLoopTest, AnEndTokenSpelledInTextEndsTheAnswerUnshown) {
   EXPECT_EQ(finish, FinishReason::EndOfGeneration);
 
   // With ignore_eos the text is the model's to show.
-  auto past = loop({.ignore_eos = true});
+  auto past = loop(limits(-1, {}, true));
   const auto [all, none] = run(past, tokens);
   EXPECT_FALSE(none.has_value());
   EXPECT_NE(all.find("<|end_story|>"), std::string::npos) << all;
 }
 
 TEST_F(TokenLoopTest, TheEndTokenItselfEndsTheAnswerWithAllHeldTextShown) {
-  auto l = loop({.stop = {"had fun!"}});
+  auto l = loop(limits(-1, {"had fun!"}));
   auto tokens = pieces("They had fun");  // " had fun" is held: it may begin the stop string
   tokens.push_back(vocab_->special().eos);
   const auto [shown, finish] = run(l, tokens);
@@ -79,19 +89,19 @@ TEST_F(TokenLoopTest, TheEndTokenItselfEndsTheAnswerWithAllHeldTextShown) {
 }
 
 TEST_F(TokenLoopTest, AStopStringEndsTheAnswerBeforeIt) {
-  auto l = loop({.stop = {"fun"}});
+  auto l = loop(limits(-1, {"fun"}));
   const auto [shown, finish] = run(l, pieces("They had fun today."));
   EXPECT_EQ(shown, " They had ");
   EXPECT_EQ(finish, FinishReason::StopString);
 }
 
 TEST_F(TokenLoopTest, LimitsAndTheContextEndTheAnswer) {
-  auto none = loop({.max_tokens = 0});
+  auto none = loop(limits(0));
   const auto step = none.next(favor(pieces("They")[0]), 1, 100);
   EXPECT_EQ(step.finish, FinishReason::MaxTokens);
   EXPECT_EQ(none.generated(), 0);
 
-  auto two = loop({.max_tokens = 2});
+  auto two = loop(limits(2));
   EXPECT_EQ(run(two, pieces("They had fun")).second, FinishReason::MaxTokens);
   EXPECT_EQ(two.generated(), 2);
 
@@ -103,11 +113,52 @@ TEST_F(TokenLoopTest, LimitsAndTheContextEndTheAnswer) {
 }
 
 TEST_F(TokenLoopTest, FinishReleasesHeldTextOnce) {
-  auto l = loop({.stop = {"fun!"}});
+  auto l = loop(limits(-1, {"fun!"}));
   const auto [shown, finish] = run(l, pieces("They had fun"));
   EXPECT_FALSE(finish.has_value());
   EXPECT_EQ(shown + l.finish(), " They had fun");
   EXPECT_EQ(l.finish(), "");
+}
+
+}  // namespace
+}  // namespace m40
+
+namespace m40 {
+namespace {
+
+// log p from the logits alone: p = (1/4, 3/4, 0) for logits (0, ln 3, -inf).
+TEST(TokenLogprob, IsTheLogSoftmaxOfTheLogitsWithTheMostLikelyFirst) {
+  const std::vector<float> logits = {0.0f, std::log(3.0f), -std::numeric_limits<float>::infinity(), std::log(3.0f)};
+  const auto lp = engine::token_logprob(logits, 0, 3);
+  EXPECT_EQ(lp.token, 0);
+  EXPECT_NEAR(lp.logprob, std::log(1.0 / 7.0), 1e-6);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 1);  // tied with 3: the lower id first
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 0);
+  EXPECT_NEAR(lp.top[0].second, std::log(3.0 / 7.0), 1e-6);
+  // Logits far from zero lose nothing (no exp overflows).
+  const std::vector<float> big = {1000.0f, 1000.0f};
+  EXPECT_NEAR(engine::token_logprob(big, 1, 0).logprob, std::log(0.5), 1e-6);
+  EXPECT_TRUE(engine::token_logprob(big, 1, 0).top.empty());
+}
+
+TEST_F(TokenLoopTest, LogprobsComeWithEachAnswerTokenButNotTheEndToken) {
+  engine::SamplerParams greedy;
+  greedy.temperature = 0;
+  const std::vector<int32_t> prompt = {vocab_->special().bos};
+  TokenLoop l(*vocab_, greedy, static_cast<int>(vocab_->size()), {}, prompt, 2);
+  const int32_t they = pieces("They")[0];
+  const auto step = l.next(favor(they), 1, 100);
+  ASSERT_TRUE(step.logprob.has_value());
+  EXPECT_EQ(step.logprob->token, they);
+  ASSERT_EQ(step.logprob->top.size(), 2u);
+  EXPECT_EQ(step.logprob->top[0].first, they);
+  EXPECT_NEAR(step.logprob->logprob, step.logprob->top[0].second, 1e-7);
+  EXPECT_LT(step.logprob->logprob, 0.0f);
+  const auto end = l.next(favor(vocab_->special().eos), 2, 100);
+  EXPECT_EQ(end.finish, FinishReason::EndOfGeneration);
+  EXPECT_FALSE(end.logprob.has_value());
 }
 
 }  // namespace

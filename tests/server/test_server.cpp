@@ -884,3 +884,75 @@ TEST_F(ServerTest, NChoicesAnswerWholeAndStreamed) {
     EXPECT_NE(refused->body.find("'n'"), std::string::npos) << refused->body;
   }
 }
+
+// OpenAI's logprobs: chat (logprobs + top_logprobs) and completions
+// (logprobs: N), whole and streamed; the tokens spell the answer.
+TEST_F(ServerTest, LogprobsComeWithTheAnswersTokens) {
+  start(with(1));
+  const json messages = json::array({{{"role", "user"}, {"content", "Once upon a time"}}});
+  auto r = post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 6}, {"temperature", 0},
+                                         {"ignore_eos", true}, {"logprobs", true}, {"top_logprobs", 3}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json chat = json::parse(r->body)["choices"][0];
+  const auto& content = chat["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 6u) << r->body;
+  std::string spelled;
+  for (const auto& t : content) {
+    for (const auto& b : t["bytes"]) spelled += static_cast<char>(b.get<int>());
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(t["top_logprobs"].size(), 3u);
+    // Greedy without penalties: the token is the most likely one.
+    EXPECT_EQ(t["top_logprobs"][0]["token"], t["token"]);
+    EXPECT_DOUBLE_EQ(t["top_logprobs"][0]["logprob"].get<double>(), t["logprob"].get<double>());
+    EXPECT_GE(t["top_logprobs"][0]["logprob"].get<double>(), t["top_logprobs"][1]["logprob"].get<double>());
+  }
+  EXPECT_EQ(spelled, chat["message"]["content"].get<std::string>());
+
+  // Streamed: the same tokens, spread over the chunks.
+  auto s = post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true},
+                                         {"logprobs", true}, {"top_logprobs", 3}, {"stream", true}});
+  ASSERT_TRUE(s);
+  json streamed = json::array();
+  for (const auto& data : sse_data(s->body)) {
+    if (data == "[DONE]") continue;
+    const json e = json::parse(data);
+    for (const auto& c : e["choices"]) {
+      if (c.contains("logprobs") && !c["logprobs"].is_null()) {
+        for (const auto& t : c["logprobs"]["content"]) streamed.push_back(t);
+      }
+    }
+  }
+  EXPECT_EQ(streamed, content);
+
+  // Completions: parallel lists, offsets into the text.
+  auto c = post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 5}, {"temperature", 0},
+                                    {"ignore_eos", true}, {"logprobs", 2}});
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->status, 200) << c->body;
+  const json completion = json::parse(c->body)["choices"][0];
+  const auto& lp = completion["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 5u) << c->body;
+  std::string joined;
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(lp["text_offset"][i].get<size_t>(), joined.size());
+    joined += lp["tokens"][i].get<std::string>();
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+  }
+  EXPECT_EQ(joined, completion["text"].get<std::string>());
+
+  // Without the field: null, as OpenAI answers.
+  auto plain = post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}});
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE(json::parse(plain->body)["choices"][0]["logprobs"].is_null());
+  for (const json& bad : {json{{"top_logprobs", 2}}, json{{"logprobs", true}, {"top_logprobs", 21}}}) {
+    json body = {{"messages", messages}, {"max_tokens", 2}};
+    body.update(bad);
+    auto refused = post("/v1/chat/completions", body);
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 400) << bad << ": " << refused->body;
+  }
+  auto refused = post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}, {"logprobs", 6}});
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+}
