@@ -9,6 +9,7 @@
 #include "server/generation.h"
 #include "server/request_fields.h"
 #include "server/routes.h"
+#include "server/unsupported_fields.h"
 
 #ifndef M40_VERSION
 #define M40_VERSION "0.1.0"
@@ -132,8 +133,8 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
   const std::string model_ref = model_field(body);
   const auto keep_alive = request_keep_alive(body);
   refuse_unsupported(body);
+  refuse_unimplemented_ollama_fields(body);
   const bool stream = wants_stream(body);
-  get_string(body, "template");  // type check only; the model's template is used
   const json messages = chat ? ollama_messages(body) : json::array();
   if (!chat) check_images(body);
   const auto prompt = chat ? std::string() : get_string(body, "prompt").value_or("");

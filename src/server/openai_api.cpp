@@ -8,6 +8,7 @@
 #include "server/generation.h"
 #include "server/request_fields.h"
 #include "server/routes.h"
+#include "server/unsupported_fields.h"
 
 namespace m40::server {
 
@@ -41,7 +42,7 @@ engine::RequestParams openai_params(const json& body) {
     }
   }
   if (auto v = get_int(body, "seed")) sp.seed = *v < 0 ? engine::kRandomSeed : static_cast<uint64_t>(*v);
-  for (const char* key : {"max_completion_tokens", "max_tokens"}) {
+  for (const char* key : {"max_completion_tokens", "max_tokens", "n_predict"}) {  // n_predict: llama.cpp's name
     if (auto v = get_int(body, key)) {
       if (*v < -1) throw HttpError{400, std::string("'") + key + "' must be at least 0"};
       p.max_tokens = clamp_to_int32(*v);  // the context ends the answer long before int32 does
@@ -227,6 +228,7 @@ std::vector<int32_t> completion_prompt(ResidentModel& m, const json& body, bool 
 void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& res, bool chat) {
   const json body = parse_body(req);
   const std::string model_ref = model_field(body);
+  refuse_unimplemented_openai_fields(body, chat);
   engine::RequestParams params = openai_params(body);
   const int n = choice_count(body);
   params.logprobs = requested_logprobs(body, chat);

@@ -956,3 +956,67 @@ TEST_F(ServerTest, LogprobsComeWithTheAnswersTokens) {
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 400) << refused->body;
 }
+
+// Fields the APIs define that the server does not implement are refused by
+// name, never answered as if absent; their neutral values pass.
+TEST_F(ServerTest, UnimplementedFieldsAreRefusedByName) {
+  start(with(1));
+  const json messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  const json tool = {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}};
+  struct Case {
+    const char* path;
+    json extra;
+    const char* field;
+  };
+  const Case refused[] = {
+      {"/v1/chat/completions", {{"tools", json::array({tool})}}, "'tools'"},
+      {"/v1/chat/completions", {{"tool_choice", "required"}}, "'tool_choice'"},
+      {"/v1/chat/completions", {{"grammar", "root ::= \"a\""}}, "'grammar'"},
+      {"/v1/chat/completions", {{"json_schema", {{"type", "object"}}}}, "'json_schema'"},
+      {"/v1/chat/completions", {{"modalities", {"text", "audio"}}}, "'modalities'"},
+      {"/v1/completions", {{"suffix", "end"}}, "'suffix'"},
+      {"/v1/completions", {{"echo", true}}, "'echo'"},
+      {"/v1/completions", {{"best_of", 3}}, "'best_of'"},
+      {"/api/chat", {{"tools", json::array({tool})}}, "'tools'"},
+      {"/api/chat", {{"think", true}}, "'think'"},
+      {"/api/generate", {{"context", {1, 2, 3}}}, "'context'"},
+      {"/api/generate", {{"template", "{{ .Prompt }}"}}, "'template'"},
+      {"/api/generate", {{"suffix", "end"}}, "'suffix'"},
+      {"/api/generate", {{"options", {{"mirostat", 2}}}}, "'options.mirostat'"},
+      {"/api/chat", {{"options", {{"num_gpu", 99}}}}, "'options.num_gpu'"},
+  };
+  auto body_for = [&](const char* path, const json& extra) {
+    json body = {{"stream", false}};
+    if (std::string(path) == "/v1/completions" || std::string(path) == "/api/generate") body["prompt"] = "Hi";
+    else body["messages"] = messages;
+    if (std::string(path).rfind("/v1/", 0) == 0) body["max_tokens"] = 2;
+    else body["options"] = {{"num_predict", 2}};
+    for (const auto& [k, v] : extra.items()) {
+      if (k == "options") body["options"].update(v);
+      else body[k] = v;
+    }
+    return body;
+  };
+  for (const auto& c : refused) {
+    auto r = post(c.path, body_for(c.path, c.extra));
+    ASSERT_TRUE(r) << c.path;
+    EXPECT_EQ(r->status, 400) << c.path << " " << c.extra << ": " << r->body;
+    EXPECT_NE(r->body.find(c.field), std::string::npos) << c.path << ": " << r->body;
+  }
+  // Neutral values are what the field's absence means.
+  const Case neutral[] = {
+      {"/v1/chat/completions", {{"tools", json::array()}, {"tool_choice", "none"}, {"modalities", {"text"}}}, ""},
+      {"/v1/completions", {{"echo", false}, {"suffix", ""}, {"best_of", 1}}, ""},
+      {"/api/chat", {{"think", false}, {"tools", json::array()}}, ""},
+      {"/api/generate", {{"context", json::array()}, {"template", ""}}, ""},
+  };
+  for (const auto& c : neutral) {
+    auto r = post(c.path, body_for(c.path, c.extra));
+    ASSERT_TRUE(r) << c.path;
+    EXPECT_EQ(r->status, 200) << c.path << " " << c.extra << ": " << r->body;
+  }
+  // llama.cpp's n_predict is the token limit.
+  auto limited = post("/v1/completions", {{"prompt", "Once upon a time"}, {"n_predict", 3}, {"temperature", 0}, {"ignore_eos", true}});
+  ASSERT_TRUE(limited);
+  EXPECT_EQ(json::parse(limited->body)["usage"]["completion_tokens"], 3) << limited->body;
+}

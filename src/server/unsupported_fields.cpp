@@ -1,0 +1,90 @@
+#include "server/unsupported_fields.h"
+
+#include <algorithm>
+#include <string>
+
+#include "server/http_error.h"
+
+namespace m40::server {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Present with a value that asks for something.
+bool used(const json& v) {
+  if (v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();
+  if (v.is_array() || v.is_object()) return !v.empty();
+  return true;
+}
+
+struct Rule {
+  const char* field;
+  const char* why;
+  bool (*asks)(const json& value) = used;
+};
+
+[[noreturn]] void refuse(const std::string& field, const char* why) {
+  throw HttpError{400, "'" + field + "' is not supported yet: " + why};
+}
+
+void apply(const json& body, std::initializer_list<Rule> rules) {
+  for (const Rule& r : rules) {
+    auto it = body.find(r.field);
+    if (it != body.end() && r.asks(*it)) refuse(r.field, r.why);
+  }
+}
+
+bool more_than_one(const json& v) { return !v.is_null() && !(v.is_number_integer() && v.get<int64_t>() == 1); }
+bool a_tool_choice(const json& v) { return used(v) && !(v.is_string() && (v == "none" || v == "auto")); }
+bool not_text_only(const json& v) { return used(v) && v != json::array({"text"}); }
+
+}  // namespace
+
+void refuse_unimplemented_openai_fields(const json& body, bool chat) {
+  apply(body, {
+                  {"tools", "tool calling (the template and the output parser) is not built"},
+                  {"tool_choice", "tool calling is not built", a_tool_choice},
+                  {"functions", "function calling is not built"},
+                  {"function_call", "function calling is not built", a_tool_choice},
+                  {"grammar", "constrained decoding is not built"},
+                  {"json_schema", "constrained decoding is not built"},
+                  {"audio", "the models are text-only"},
+                  {"modalities", "the models are text-only", not_text_only},
+                  {"prediction", "predicted outputs are not built"},
+              });
+  if (chat) return;
+  apply(body, {
+                  {"suffix", "fill-in-the-middle is not built"},
+                  {"echo", "echoing the prompt is not built"},
+                  {"best_of", "best_of is not built: use n", more_than_one},
+              });
+}
+
+void refuse_unimplemented_ollama_fields(const json& body) {
+  apply(body, {
+                  {"tools", "this model's tools are not supported: tool calling is not built"},
+                  {"think", "thinking is not built"},
+                  {"context", "Ollama's token context is not built: send the conversation as messages"},
+                  {"template", "the model's own chat template is used"},
+                  {"suffix", "fill-in-the-middle is not built"},
+              });
+  auto it = body.find("options");
+  if (it == body.end() || !it->is_object()) return;
+  // The options the server applies (ollama_api.cpp reads them).
+  static constexpr const char* kApplied[] = {"temperature",     "top_k",           "top_p",         "min_p",
+                                             "repeat_penalty",  "repeat_last_n",   "presence_penalty",
+                                             "frequency_penalty", "seed",          "num_predict",   "stop",
+                                             "num_ctx"};
+  for (const auto& [key, value] : it->items()) {
+    if (value.is_null()) continue;
+    if (std::find_if(std::begin(kApplied), std::end(kApplied), [&](const char* k) { return key == k; }) != std::end(kApplied)) continue;
+    throw HttpError{400, "'options." + key + "' is not supported by this server; the options it applies are temperature, "
+                         "top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed, "
+                         "num_predict, stop and num_ctx"};
+  }
+}
+
+}  // namespace m40::server

@@ -1,0 +1,19 @@
+// Request fields the OpenAI, Ollama and llama.cpp APIs define that this
+// server does not implement yet. A request that uses one is refused with
+// 400 naming it, never answered as if the field were absent; a field sent
+// with its neutral value (false, "", [], "none") is fine. One table per
+// route family, here, so the refusals stay in one place.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+namespace m40::server {
+
+// /v1/chat/completions and /v1/completions (`chat` picks the table).
+void refuse_unimplemented_openai_fields(const nlohmann::ordered_json& body, bool chat);
+// /api/generate and /api/chat, `options` included: an option this server
+// does not apply is refused by name (Ollama's hardware options too: they
+// would be ignored, and a client could not tell).
+void refuse_unimplemented_ollama_fields(const nlohmann::ordered_json& body);
+
+}  // namespace m40::server
