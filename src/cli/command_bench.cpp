@@ -22,6 +22,8 @@ struct BenchOptions {
   std::vector<int> prompt_sizes = {512};
   std::vector<int> generate_sizes = {128};
   std::vector<int> sequence_counts = {1};
+  std::vector<int> depths = {0};
+  std::string kv_type = "f16";
   int repetitions = 5;
   unsigned threads = 0;
   bool cpu = false;
@@ -33,18 +35,22 @@ int run_bench(const BenchOptions& o) {
   auto model = model::LoadedModel::open(store::resolve_model(o.model));
   std::vector<engine::BenchmarkTest> tests;
   int n_ctx = 16;
-  for (int p : o.prompt_sizes) {
-    if (p > 0) tests.push_back({"pp" + std::to_string(p), p, 0});
-    n_ctx = std::max(n_ctx, p);
-  }
   int n_seq = 1;
-  for (int n : o.generate_sizes) {
-    if (n <= 0) continue;
-    for (int s : o.sequence_counts) {
-      tests.push_back({"tg" + std::to_string(n) + (s > 1 ? "@" + std::to_string(s) : ""), 0, n, s});
-      n_seq = std::max(n_seq, s);
+  for (int d : o.depths) {
+    // llama-bench's names: "pp512 @ d4096".
+    const std::string at = d > 0 ? " @ d" + std::to_string(d) : "";
+    for (int p : o.prompt_sizes) {
+      if (p > 0) tests.push_back({"pp" + std::to_string(p) + at, p, 0, 1, d});
+      n_ctx = std::max(n_ctx, d + p);
     }
-    n_ctx = std::max(n_ctx, n);
+    for (int n : o.generate_sizes) {
+      if (n <= 0) continue;
+      for (int s : o.sequence_counts) {
+        tests.push_back({"tg" + std::to_string(n) + (s > 1 ? "@" + std::to_string(s) : "") + at, 0, n, s, d});
+        n_seq = std::max(n_seq, s);
+      }
+      n_ctx = std::max(n_ctx, d + n);
+    }
   }
   if (tests.empty()) throw Error("nothing to measure: give -p or -n a positive size");
 
@@ -55,6 +61,7 @@ int run_bench(const BenchOptions& o) {
   bo.force_cpu = o.cpu;
   bo.gpu = o.gpu;
   if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
+  bo.kv_type = engine::kv_type_from_name(o.kv_type);
   auto backend = engine::make_backend(*model, bo);
 
   uint64_t params = 0;
@@ -95,6 +102,12 @@ void register_bench_command(CLI::App& app) {
                   "counts every sequence's tokens), as the server's continuous batching does")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option("-d,--depth", opts->depths,
+                  "Positions cached before each test, untimed (\"tg128 @ d4096\": generation reading a 4096-position "
+                  "KV cache), as llama-bench's -d")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-type", opts->kv_type, "KV cache element type: f16, f32 (CPU) or q8_0")->capture_default_str();
   cmd->add_option("-r,--repetitions", opts->repetitions, "Timed repetitions per test (after one warm-up)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -62,9 +62,7 @@ int run_run(RunOptions o) {
   bo.force_cpu = o.cpu;
   bo.gpu = o.gpu;
   if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
-  if (o.kv_type == "f32") bo.kv_type = backend::KvType::F32;
-  else if (o.kv_type == "q8_0") bo.kv_type = backend::KvType::Q8_0;
-  else if (o.kv_type != "f16") throw Error("--kv-type must be f16, f32 (CPU only) or q8_0, got '" + o.kv_type + "'");
+  bo.kv_type = engine::kv_type_from_name(o.kv_type);
   auto backend = engine::make_backend(*model, bo);
   const double load_seconds = std::chrono::duration<double>(clock::now() - start).count();
 

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/memory_size.h"
+#include "engine/backend_factory.h"
 #include "server/origin_policy.h"
 #include "server/server.h"
 
@@ -37,8 +38,7 @@ int run_serve(ServeOptions o) {
   auto& so = o.server;
   if (!o.vram.empty()) so.vram_budget = parse_memory_size(o.vram);
   if (!o.max_pull_size.empty()) so.max_pull_size = parse_memory_size(o.max_pull_size);
-  if (o.kv_type == "q8_0") so.kv_type = backend::KvType::Q8_0;
-  else if (o.kv_type != "f16") throw Error("--kv-type must be f16 or q8_0, got '" + o.kv_type + "'");
+  so.kv_type = engine::kv_type_from_name(o.kv_type);
   if (!o.kv_pool.empty()) {
     if (o.kv_pool.back() == '%') {
       char* end = nullptr;
@@ -186,7 +186,7 @@ void register_serve_command(CLI::App& app) {
                   "left after the weights such as 60% (default: a whole --ctx for every --parallel slot where that "
                   "fits, else all the memory left)")
       ->type_name("SIZE|N%");
-  cmd->add_option("--kv-type", opts->kv_type, "KV cache element type: f16, or q8_0 (half the memory: longer contexts)")
+  cmd->add_option("--kv-type", opts->kv_type, "KV cache element type: f16, q8_0 (half the memory: longer contexts) or f32 (CPU only)")
       ->capture_default_str();
   cmd->add_flag("--verbose", so.log_requests, "Log each request on stderr");
   cmd->callback([opts, host, port] {

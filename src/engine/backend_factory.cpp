@@ -90,6 +90,13 @@ uint64_t system_available_memory() {
   return kib * 1024;
 }
 
+backend::KvType kv_type_from_name(const std::string& name) {
+  if (name == "f16") return backend::KvType::F16;
+  if (name == "f32") return backend::KvType::F32;
+  if (name == "q8_0") return backend::KvType::Q8_0;
+  throw Error("--kv-type must be f16, f32 (CPU only) or q8_0, got '" + name + "'");
+}
+
 bool gpu_available() {
 #ifdef M40_HAVE_CUDA
   return cuda::device_count() > 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "backends/backend.h"
 #include "engine/context_size.h"
@@ -31,6 +32,10 @@ struct BackendOptions {
 // from `options` and what `budget` leaves after its fixed part; at least
 // one block. Throws m40::Error for a fraction outside (0, 1].
 int kv_pool_blocks(const BackendOptions& options, int n_ctx, const MemoryBudget& budget, uint64_t bytes_per_block);
+
+// A KV cache element type by the name the commands take: f16, f32 (the CPU
+// backend only) or q8_0. Throws m40::Error naming the choices.
+backend::KvType kv_type_from_name(const std::string& name);
 
 // True when this build has the CUDA backend and a GPU is present.
 bool gpu_available();

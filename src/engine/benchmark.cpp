@@ -1,5 +1,6 @@
 #include "engine/benchmark.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -14,14 +15,27 @@ double run_once(backend::Backend& backend, const BenchmarkTest& test, std::mt199
   std::uniform_int_distribution<int32_t> token(1, backend.n_vocab() - 1);
   std::vector<float> logits(static_cast<size_t>(backend.n_vocab()) * static_cast<size_t>(test.n_sequences));
   backend::Batch batch;
+  // The depth, untimed: every sequence's first n_depth positions, a chunk
+  // of each at a time.
+  constexpr int kDepthChunk = 512;
+  for (int s = 0; s < test.n_sequences; ++s) {
+    for (int begin = 0; begin < test.n_depth; begin += kDepthChunk) {
+      batch.clear();
+      const int end = std::min(test.n_depth, begin + kDepthChunk);
+      for (int p = begin; p < end; ++p) batch.add(token(rng), p, s, p + 1 == end);
+      backend.forward(batch, logits);
+    }
+  }
+  const int at = test.n_depth;
+  batch.clear();
   const auto start = std::chrono::steady_clock::now();
   if (test.n_prompt > 0) {
-    for (int i = 0; i < test.n_prompt; ++i) batch.add(token(rng), i, 0, i + 1 == test.n_prompt);
+    for (int i = 0; i < test.n_prompt; ++i) batch.add(token(rng), at + i, 0, i + 1 == test.n_prompt);
     backend.forward(batch, logits);
   }
   for (int i = 0; i < test.n_generate; ++i) {
     batch.clear();
-    for (int s = 0; s < test.n_sequences; ++s) batch.add(token(rng), test.n_prompt + i, s, true);
+    for (int s = 0; s < test.n_sequences; ++s) batch.add(token(rng), at + test.n_prompt + i, s, true);
     backend.forward(batch, logits);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -30,8 +44,8 @@ double run_once(backend::Backend& backend, const BenchmarkTest& test, std::mt199
 }  // namespace
 
 BenchmarkResult run_benchmark(backend::Backend& backend, const BenchmarkTest& test, int repetitions) {
-  if (test.n_prompt + test.n_generate > backend.n_ctx()) {
-    throw Error(test.name + " needs a context of " + std::to_string(test.n_prompt + test.n_generate) +
+  if (test.n_depth + test.n_prompt + test.n_generate > backend.n_ctx()) {
+    throw Error(test.name + " needs a context of " + std::to_string(test.n_depth + test.n_prompt + test.n_generate) +
                 " tokens; the backend has " + std::to_string(backend.n_ctx()));
   }
   if (repetitions < 1) throw Error("at least one repetition is needed");

@@ -113,6 +113,20 @@ TEST_F(RunCommand, BenchMeasuresBatchedGeneration) {
   EXPECT_NE(zero.exit_code, 0);
 }
 
+// -d fills the KV cache first (llama-bench's depth); --kv-type picks the
+// cache's element type, and an unknown one is refused by name.
+TEST_F(RunCommand, BenchMeasuresAtADepthWithAKvType) {
+  const std::string model = m40::test::shared_model("TinyStories-656K-Q8_0.gguf").string();
+  auto r = run_binary({"bench", model, "--cpu", "-p", "8", "-n", "4", "-d", "0", "100", "-r", "1", "-t", "2", "--kv-type", "q8_0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* name : {"|             pp8 |", "|             tg4 |", "|      pp8 @ d100 |", "|      tg4 @ d100 |"}) {
+    EXPECT_NE(r.out.find(name), std::string::npos) << name << "\n" << r.out;
+  }
+  auto bad = run_binary({"bench", model, "--cpu", "--kv-type", "q4"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--kv-type"), std::string::npos) << bad.err;
+}
+
 // A model pulled into the store is run, shown and benchmarked by its name.
 TEST_F(RunCommand, StoreNamesWorkWherePathsDo) {
   const fs::path home = fs::path(::testing::TempDir()) / ("m40_run_home_" + std::to_string(::getpid()));
