@@ -582,6 +582,34 @@ TEST_F(SchedulerTest, WhenThePoolRunsOutTheYoungestRequestWaitsAndResumes) {
   EXPECT_EQ(alone.end.timings.generated_tokens, 12 * 16 - 40 + 1);
 }
 
+// Every choice of a stream: its text and its end event (waits at most 30 s
+// without an event).
+struct Choices {
+  std::vector<std::string> texts;
+  std::vector<engine::StreamEvent> ends;
+};
+Choices drain_choices(engine::RequestStream& stream) {
+  Choices out{std::vector<std::string>(static_cast<size_t>(stream.choices())),
+              std::vector<engine::StreamEvent>(static_cast<size_t>(stream.choices()))};
+  std::vector<engine::StreamEvent> events;
+  for (int idle = 0; idle < 300 && !stream.finished();) {
+    events.clear();
+    if (!stream.wait(std::chrono::milliseconds(100), events)) {
+      ++idle;
+      continue;
+    }
+    for (auto& e : events) {
+      EXPECT_GE(e.choice, 0);
+      EXPECT_LT(e.choice, stream.choices());
+      if (e.choice < 0 || e.choice >= stream.choices()) continue;
+      if (e.kind == engine::StreamEvent::Kind::Text) out.texts[e.choice] += e.text;
+      else out.ends[e.choice] = e;
+    }
+  }
+  EXPECT_TRUE(stream.finished()) << "the stream did not end";
+  return out;
+}
+
 // n answers to one prompt: the first reads it, the others fork its whole
 // blocks; seeded choices differ and each repeats.
 TEST_F(SchedulerTest, ChoicesForkTheFirstChoicesPromptBlocks) {
@@ -594,52 +622,20 @@ TEST_F(SchedulerTest, ChoicesForkTheFirstChoicesPromptBlocks) {
   engine::Scheduler scheduler(*backend, *vocab_);
   auto stream = scheduler.submit(greedy(prompt, 12), 3);  // three choices on two slots
   EXPECT_EQ(stream->choices(), 3);
-  std::vector<std::string> texts(3);
-  std::vector<engine::StreamEvent> ends(3);
-  std::vector<engine::StreamEvent> events;
-  for (int idle = 0; idle < 300 && !stream->finished();) {
-    events.clear();
-    if (!stream->wait(std::chrono::milliseconds(100), events)) {
-      ++idle;
-      continue;
-    }
-    for (auto& e : events) {
-      ASSERT_GE(e.choice, 0);
-      ASSERT_LT(e.choice, 3);
-      if (e.kind == engine::StreamEvent::Kind::Text) texts[e.choice] += e.text;
-      else ends[e.choice] = e;
-    }
-  }
-  ASSERT_TRUE(stream->finished());
+  const Choices three = drain_choices(*stream);
   for (int c = 0; c < 3; ++c) {
-    EXPECT_EQ(ends[c].kind, engine::StreamEvent::Kind::Done) << c;
-    EXPECT_EQ(texts[c], alone) << c;  // greedy: every choice the same
+    EXPECT_EQ(three.ends[c].kind, engine::StreamEvent::Kind::Done) << c;
+    EXPECT_EQ(three.texts[c], alone) << c;  // greedy: every choice the same
   }
-  EXPECT_EQ(ends[0].timings.cached_tokens, 0);
-  EXPECT_EQ(ends[1].timings.cached_tokens, 48);  // 3 whole blocks of the 50-token prompt
-  EXPECT_EQ(ends[2].timings.cached_tokens, 48);
+  EXPECT_EQ(three.ends[0].timings.cached_tokens, 0);
+  EXPECT_EQ(three.ends[1].timings.cached_tokens, 48);  // 3 whole blocks of the 50-token prompt
+  EXPECT_EQ(three.ends[2].timings.cached_tokens, 48);
 
   // Sampled with a seed: choices differ, and the request repeats exactly.
   auto sampled = greedy(prompt, 24);
   sampled.sampler.temperature = 1.0f;
   sampled.sampler.seed = 42;
-  const auto run_choices = [&] {
-    auto s = scheduler.submit(sampled, 2);
-    std::vector<std::string> out(2);
-    std::vector<engine::StreamEvent> ev;
-    for (int idle = 0; idle < 300 && !s->finished();) {
-      ev.clear();
-      if (!s->wait(std::chrono::milliseconds(100), ev)) {
-        ++idle;
-        continue;
-      }
-      for (auto& e : ev) {
-        if (e.kind == engine::StreamEvent::Kind::Text) out[e.choice] += e.text;
-      }
-    }
-    return out;
-  };
-  const auto first = run_choices();
+  const auto first = drain_choices(*scheduler.submit(sampled, 2)).texts;
   EXPECT_NE(first[0], first[1]);
-  EXPECT_EQ(run_choices(), first);
+  EXPECT_EQ(drain_choices(*scheduler.submit(sampled, 2)).texts, first);
 }
