@@ -132,10 +132,10 @@ void register_serve_command(CLI::App& app) {
   auto* host = cmd->add_option("--host", so.host, "Address to listen on ($M40_LLM_HOST=host:port also works)")
                    ->capture_default_str();
   auto* port = cmd->add_option("--port", so.port, "Port to listen on; 0 picks a free one")->capture_default_str();
-  cmd->add_option("--parallel,-p", so.parallel, "Requests generated at the same time (KV slots)")
+  cmd->add_option("--parallel,-p", so.parallel, "Requests generated at the same time (slots; they share the paged KV pool)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--ctx", so.n_ctx, "Context size per request in tokens (default: the model's trained context, capped by what the GPU or RAM holds for --parallel sequences)");
+  cmd->add_option("--ctx", so.n_ctx, "The most tokens one request may use (default: the model's trained context, capped by what the GPU or RAM holds for one sequence; the --parallel slots share the KV pool)");
   cmd->add_option("--queue", so.max_queue, "Requests that may wait for a slot; more are answered 503")
       ->capture_default_str();
   cmd->add_option("--prefill-chunk", so.prefill_chunk, "Prompt tokens per engine step (keeps streams flowing)")
