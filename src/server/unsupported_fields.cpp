@@ -70,6 +70,8 @@ void refuse_unimplemented_ollama_fields(const json& body) {
                   {"context", "Ollama's token context is not built: send the conversation as messages"},
                   {"template", "the model's own chat template is used"},
                   {"suffix", "fill-in-the-middle is not built"},
+                  {"logprobs", "Ollama's logprobs are not built (the OpenAI routes have them)"},
+                  {"top_logprobs", "Ollama's logprobs are not built (the OpenAI routes have them)"},
               });
   auto it = body.find("options");
   if (it == body.end() || !it->is_object()) return;

@@ -982,6 +982,7 @@ TEST_F(ServerTest, UnimplementedFieldsAreRefusedByName) {
       {"/api/generate", {{"context", {1, 2, 3}}}, "'context'"},
       {"/api/generate", {{"template", "{{ .Prompt }}"}}, "'template'"},
       {"/api/generate", {{"suffix", "end"}}, "'suffix'"},
+      {"/api/chat", {{"logprobs", true}}, "'logprobs'"},
       {"/api/generate", {{"options", {{"mirostat", 2}}}}, "'options.mirostat'"},
       {"/api/chat", {{"options", {{"num_gpu", 99}}}}, "'options.num_gpu'"},
   };
