@@ -22,6 +22,7 @@ class WrappedBackend : public backend::Backend {
   int n_seq_max() const override { return inner_.n_seq_max(); }
   int n_vocab() const override { return inner_.n_vocab(); }
   int n_kv_blocks() const override { return inner_.n_kv_blocks(); }
+  uint64_t memory_bytes() const override { return inner_.memory_bytes(); }
   void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override {
     inner_.set_blocks(seq, blocks, n_cached);
   }

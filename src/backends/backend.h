@@ -50,6 +50,9 @@ class Backend {
   virtual int n_ctx() const = 0;       // positions per sequence
   virtual int n_seq_max() const = 0;   // sequences (KV slots)
   virtual int n_vocab() const = 0;
+  // The memory the model occupies with this backend: the weights (mapped or
+  // copied), the KV pool and the working buffers, in bytes.
+  virtual uint64_t memory_bytes() const = 0;
 
   // The paged KV cache (kv_blocks.h). The pool has n_kv_blocks() blocks.
   // Until set_blocks() names them, sequence s holds blocks

@@ -273,7 +273,7 @@ void register_ollama_routes(ServerContext& s) {
                const ResidentModel& m = *loaded->model;
                json entry = {{"name", ollama_name(m.name)},
                              {"model", ollama_name(m.name)},
-                             {"size", m.size},
+                             {"size", m.backend->memory_bytes()},  // weights, KV pool, buffers: as Ollama counts it
                              {"digest", ""},
                              {"details", model_details(m.model->file)},
                              {"device", m.backend->name()}};
@@ -293,7 +293,7 @@ void register_ollama_routes(ServerContext& s) {
                  if (!keep_alive.forever) expires = std::chrono::system_clock::now() + keep_alive.duration;
                }
                entry["expires_at"] = expires ? rfc3339(*expires) : "9999-12-31T23:59:59Z";  // never: keep_alive < 0
-               entry["size_vram"] = m.backend->name() == "CPU" ? 0 : m.size;  // the CPU backend holds nothing in VRAM
+               entry["size_vram"] = m.backend->name() == "CPU" ? 0 : m.backend->memory_bytes();  // the CPU backend holds nothing in VRAM
                entry["context_length"] = m.scheduler->n_ctx();
                entry["parallel"] = m.backend->n_seq_max();
                list.push_back(std::move(entry));

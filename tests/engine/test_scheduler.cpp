@@ -34,6 +34,7 @@ class RecordingBackend : public backend::Backend {
   int n_seq_max() const override { return n_seq_; }
   int n_vocab() const override { return n_vocab_; }
   int n_kv_blocks() const override { return tables_.n_blocks(); }
+  uint64_t memory_bytes() const override { return 0; }
   void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override { tables_.set(seq, blocks, n_cached); }
   void copy_block(int32_t src, int32_t dst) override {
     tables_.check_block(src);

@@ -141,6 +141,8 @@ TEST_F(ModelLoadingTest, AStoreModelIsListedAndLoadedWhenARequestNamesIt) {
   ASSERT_EQ(ps["models"].size(), 1u);
   EXPECT_EQ(ps["models"][0]["name"], "tiny:q8_0");
   EXPECT_EQ(ps["models"][0]["size_vram"], 0);  // CPU backend
+  // The size counts the KV pool besides the weights, as Ollama's does.
+  EXPECT_GT(ps["models"][0]["size"].get<uint64_t>(), std::filesystem::file_size(q8_model()));
   EXPECT_EQ(ps["models"][0]["device"], "CPU");
   // The store's sha256, as /api/tags gives it, so `m40-llm ps` shows the ID `list` shows.
   EXPECT_EQ(ps["models"][0]["digest"], tags["models"][0]["digest"]);

@@ -34,6 +34,8 @@ class CpuBackend : public backend::Backend {
   unsigned threads() const { return pool_.size(); }
   const KvCache& kv_cache() const { return kv_; }
   int n_kv_blocks() const override { return kv_.n_blocks(); }
+  // The mapped weights and the KV pool (a step's activations come and go).
+  uint64_t memory_bytes() const override { return weights_.total_bytes() + kv_.bytes(); }
   void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override { tables_.set(seq, blocks, n_cached); }
   void copy_block(int32_t src, int32_t dst) override;
 

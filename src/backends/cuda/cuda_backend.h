@@ -47,6 +47,7 @@ class CudaBackend : public backend::Backend {
   int n_seq_max() const override { return options_.n_seq; }
   int n_vocab() const override { return static_cast<int>(hparams_.n_vocab); }
   const MemoryPlan& memory_plan() const { return plan_; }
+  uint64_t memory_bytes() const override { return plan_.total(); }
 
   int n_kv_blocks() const override { return tables_.n_blocks(); }
   void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override;
