@@ -440,6 +440,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   uint64_t prompt_tokens = 0;
   int n_decode = 0;
   int n_waiting = 0;  // slots whose prompt is not read yet (not the queue: pacing does not change its wait)
+  std::vector<std::pair<Slot*, int>> fed;  // slots and the tokens this step gives them
   // Decode tokens first: every generating slot advances by one each step.
   for (auto& s : slots) {
     if (!s) continue;
@@ -448,6 +449,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     if (s->decoding()) {
       batch.add(s->tokens.back(), s->n_kv, s->seq, true);
       s->logits_row = rows++;
+      fed.emplace_back(s.get(), 1);
       ++n_decode;
     } else {
       ++n_waiting;
@@ -460,7 +462,6 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   // generated reads its tokens again the same way.
   int budget = pacer_.budget(n_decode, n_waiting);
   const auto now = Clock::now();
-  std::vector<std::pair<Slot*, int>> fed;  // slots and the tokens this step gives them
   for (Slot* s : by_age) {
     if (!s->has_blocks || s->done || s->decoding() || budget == 0) continue;
     const int n_tokens = static_cast<int>(s->tokens.size());
@@ -484,9 +485,6 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   const auto forward_start = Clock::now();
   backend_.forward(batch, logits);
   const auto after = Clock::now();
-  for (auto& s : slots) {
-    if (s && s->decoding() && s->logits_row >= 0) ++s->n_kv;
-  }
   for (auto [s, n] : fed) s->n_kv += n;
   for (auto& s : slots) {
     if (s && s->has_blocks) publish_full_blocks(*s);

@@ -44,16 +44,20 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
   TokenLogprob out;
   out.token = token;
   out.logprob = static_cast<float>(logits[static_cast<size_t>(token)] - log_total);
+  // The k most likely, kept sorted in one pass over the vocabulary: most
+  // likely first, ties to the lower id (ids come in ascending order and a
+  // new one goes after its equals), as the greedy sampler breaks them.
   const size_t k = std::min<size_t>(static_cast<size_t>(std::max(top, 0)), logits.size());
-  if (k > 0) {
-    std::vector<int32_t> ids(logits.size());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-    // Most likely first; ties to the lower id, as the greedy sampler breaks them.
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
-      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-    });
-    for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - log_total));
+  std::vector<int32_t> best;
+  best.reserve(k + 1);
+  for (size_t i = 0; i < logits.size() && k > 0; ++i) {
+    if (best.size() == k && !(logits[i] > logits[static_cast<size_t>(best.back())])) continue;
+    const auto at = std::upper_bound(best.begin(), best.end(), logits[i],
+                                     [&](float l, int32_t id) { return l > logits[static_cast<size_t>(id)]; });
+    best.insert(at, static_cast<int32_t>(i));
+    if (best.size() > k) best.pop_back();
   }
+  for (int32_t id : best) out.top.emplace_back(id, static_cast<float>(logits[static_cast<size_t>(id)] - log_total));
   return out;
 }
 
