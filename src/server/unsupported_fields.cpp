@@ -54,6 +54,9 @@ void refuse_unimplemented_openai_fields(const json& body, bool chat) {
                   {"audio", "the models are text-only"},
                   {"modalities", "the models are text-only", not_text_only},
                   {"prediction", "predicted outputs are not built"},
+                  {"web_search_options", "web search is not built"},
+                  {"reasoning_effort", "reasoning models are not run yet"},
+                  {"store", "stored completions are not built"},
               });
   if (chat) return;
   apply(body, {

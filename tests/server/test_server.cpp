@@ -974,6 +974,7 @@ TEST_F(ServerTest, UnimplementedFieldsAreRefusedByName) {
       {"/v1/chat/completions", {{"grammar", "root ::= \"a\""}}, "'grammar'"},
       {"/v1/chat/completions", {{"json_schema", {{"type", "object"}}}}, "'json_schema'"},
       {"/v1/chat/completions", {{"modalities", {"text", "audio"}}}, "'modalities'"},
+      {"/v1/chat/completions", {{"store", true}}, "'store'"},
       {"/v1/completions", {{"suffix", "end"}}, "'suffix'"},
       {"/v1/completions", {{"echo", true}}, "'echo'"},
       {"/v1/completions", {{"best_of", 3}}, "'best_of'"},
