@@ -426,6 +426,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private Resp
   // Back from the worker (I/O thread).
   void after_answer(bool keep_alive) {
     answering_ = false;
+    release_body();
     if (!keep_alive || t_.stopping.load()) return close();
     read_header();
   }
@@ -450,6 +451,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private Resp
   void write_then(bool keep_alive, bool linger) {
     arm(t_.options.limits.write_timeout);
     net::async_write(socket_, net::buffer(out_), [self = shared_from_this(), keep_alive, linger](beast::error_code ec, size_t) {
+      self->release_body();  // the answer is out: a closing connection's linger holds no body
       if (ec) return self->close();
       if (keep_alive) return self->read_header();
       if (linger) return self->linger_close();
@@ -459,10 +461,13 @@ class Connection : public std::enable_shared_from_this<Connection>, private Resp
 
   bool keep_alive_of_head() const { return parser_ && parser_->is_header_done() && parser_->get().keep_alive(); }
 
-  // The previous request's body no longer counts (its answer has ended).
+  // Once its answer is out, the request's body (read, or partly read into
+  // the parser) is freed and no longer counts.
   void release_body() {
     if (body_reserved_ > 0) t_.bodies_bytes.fetch_sub(body_reserved_);
     body_reserved_ = 0;
+    std::string().swap(head_.body);
+    parser_.reset();
   }
 
   // ---- closing ---------------------------------------------------------------
