@@ -21,6 +21,7 @@ class WrappedBackend : public backend::Backend {
   int n_ctx() const override { return inner_.n_ctx(); }
   int n_seq_max() const override { return inner_.n_seq_max(); }
   int n_vocab() const override { return inner_.n_vocab(); }
+  int n_embd() const override { return inner_.n_embd(); }
   int n_kv_blocks() const override { return inner_.n_kv_blocks(); }
   uint64_t memory_bytes() const override { return inner_.memory_bytes(); }
   void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override {

@@ -21,7 +21,11 @@ struct Batch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> positions;   // position of each token in its sequence
   std::vector<int32_t> seq_ids;     // which sequence (KV slot) each token belongs to
-  std::vector<uint8_t> want_logits; // 1 where the caller needs the logits of this token
+  std::vector<uint8_t> want_logits; // 1 where the caller needs this token's output (its logits, or its hidden state)
+  // The outputs are the final hidden states (after the final norm, before
+  // the output head: n_embd floats per token that wants one) instead of
+  // logits, for every output token of this batch (embeddings).
+  bool output_embeddings = false;
 
   void add(int32_t token, int32_t position, int32_t seq, bool logits) {
     tokens.push_back(token);
@@ -40,6 +44,7 @@ struct Batch {
     positions.clear();
     seq_ids.clear();
     want_logits.clear();
+    output_embeddings = false;
   }
 };
 
@@ -50,6 +55,9 @@ class Backend {
   virtual int n_ctx() const = 0;       // positions per sequence
   virtual int n_seq_max() const = 0;   // sequences (KV slots)
   virtual int n_vocab() const = 0;
+  // The width of a hidden state (Batch::output_embeddings); 0: this
+  // backend gives none.
+  virtual int n_embd() const { return 0; }
   // The memory the model occupies with this backend: the weights (mapped or
   // copied), the KV pool and the working buffers, in bytes.
   virtual uint64_t memory_bytes() const = 0;
@@ -73,7 +81,9 @@ class Backend {
   // Runs one step. Tokens of a sequence attend to that sequence's cached
   // positions up to their own (causal), including earlier tokens of this
   // batch. A position must lie within the sequence's blocks. Writes n_vocab logits per token that wants them, in batch order,
-  // to `logits` (sized logits_count() * n_vocab). Throws m40::Error on a bad
+  // to `logits` (sized logits_count() * n_vocab), or with
+  // Batch::output_embeddings n_embd() hidden-state values per such token
+  // (sized logits_count() * n_embd()). Throws m40::Error on a bad
   // token id, position or sequence.
   virtual void forward(const Batch& batch, std::span<float> logits) = 0;
 };

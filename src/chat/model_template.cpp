@@ -102,6 +102,11 @@ ModelChatTemplate model_chat_template(const gguf::Metadata& m, const std::string
                            TemplateOrigin::FallbackTranscript};
 }
 
+ModelChatTemplate model_chat_template_from_source(const gguf::Metadata& m, std::string source) {
+  return ModelChatTemplate{ChatTemplate(std::move(source)), token_text(m, "tokenizer.ggml.bos_token_id"),
+                           token_text(m, "tokenizer.ggml.eos_token_id"), TemplateOrigin::Model};
+}
+
 ModelChatTemplate model_chat_template(const gguf::File& file, const std::string& name) {
   return model_chat_template(file.metadata(), name);
 }

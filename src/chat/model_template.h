@@ -46,6 +46,9 @@ struct ModelChatTemplate {
 // template does not parse, m40::Error when a named template is missing.
 ModelChatTemplate model_chat_template(const gguf::Metadata& metadata, const std::string& name = "");
 ModelChatTemplate model_chat_template(const gguf::File& file, const std::string& name = "");
+// `source` in place of the model's own template, with the model's BOS and
+// EOS texts (a server's --chat-template-file). Throws TemplateSyntaxError.
+ModelChatTemplate model_chat_template_from_source(const gguf::Metadata& metadata, std::string source);
 
 // The fallback templates' sources (also shown in the docs).
 std::string chatml_fallback_source(bool with_bos);

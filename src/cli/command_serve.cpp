@@ -7,9 +7,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <thread>
 
+#include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/memory_size.h"
@@ -29,6 +32,7 @@ struct ServeOptions {
   std::string max_pull_size;
   std::string kv_pool;
   std::string kv_type = "f16";
+  std::string chat_template_file;
   server::ServerOptions server;
   bool host_given = false;
   bool port_given = false;
@@ -39,6 +43,13 @@ int run_serve(ServeOptions o) {
   if (!o.vram.empty()) so.vram_budget = parse_memory_size(o.vram);
   if (!o.max_pull_size.empty()) so.max_pull_size = parse_memory_size(o.max_pull_size);
   so.kv_type = engine::kv_type_from_name(o.kv_type);
+  if (!o.chat_template_file.empty()) {
+    std::ifstream in(o.chat_template_file, std::ios::binary);
+    if (!in) throw Error("--chat-template-file " + o.chat_template_file + ": cannot read the file");
+    so.chat_template = std::string(std::istreambuf_iterator<char>(in), {});
+    // Checked now rather than at the first request.
+    (void)chat::ChatTemplate(so.chat_template);
+  }
   if (!o.kv_pool.empty()) {
     if (o.kv_pool.back() == '%') {
       char* end = nullptr;
@@ -188,6 +199,8 @@ void register_serve_command(CLI::App& app) {
       ->type_name("SIZE|N%");
   cmd->add_option("--kv-type", opts->kv_type, "KV cache element type: f16, q8_0 (half the memory: longer contexts) or f32 (CPU only)")
       ->capture_default_str();
+  cmd->add_option("--chat-template-file", opts->chat_template_file,
+                  "A Jinja chat template used for every model instead of its own (as llama-server's option)");
   cmd->add_flag("--verbose", so.log_requests, "Log each request on stderr");
   cmd->callback([opts, host, port] {
     opts->host_given = host->count() > 0;

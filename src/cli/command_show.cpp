@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "gguf/file.h"
 #include "model/architecture.h"
+#include "model/hparams.h"
 #include "model/model_summary.h"
 #include "store/model_ref.h"
 
@@ -141,6 +142,15 @@ void model_section(Report& r, const model::ModelSummary& s) {
                       " metadata keys, " + std::to_string(s.tensor_count) + " tensors");
 }
 
+// An embedding model's pooling by name ("last"), with its number when it is
+// none llama.cpp defines.
+std::string pooling_text(uint64_t pooling) {
+  if (pooling <= static_cast<uint64_t>(model::PoolingType::Rank)) {
+    return std::string(model::pooling_type_name(static_cast<model::PoolingType>(pooling)));
+  }
+  return "unknown (" + std::to_string(pooling) + ")";
+}
+
 void architecture_section(Report& rows, const model::ModelSummary& s) {
   rows.section("Architecture");
   const auto number = [&](const char* label, const std::optional<uint64_t>& v) {
@@ -179,6 +189,7 @@ void architecture_section(Report& rows, const model::ModelSummary& s) {
   if (s.layer_norm_eps) rows.row("layer norm epsilon", model::format_float(*s.layer_norm_eps));
   number("vocabulary size", s.vocab_size);
   if (s.output_tied) rows.row("output", *s.output_tied ? "tied to token_embd.weight" : "output.weight");
+  if (s.pooling_type) rows.row("pooling", pooling_text(*s.pooling_type) + " (an embedding model)");
 }
 
 void tokenizer_section(Report& r, const model::ModelSummary& s) {
@@ -371,6 +382,8 @@ Json summary_json(const model::ModelSummary& s) {
   put(a, "layer_norm_eps", s.layer_norm_eps);
   put(a, "vocab_size", s.vocab_size);
   put(a, "output_tied", s.output_tied);
+  if (s.pooling_type) a["pooling_type"] = pooling_text(*s.pooling_type);
+  a["embedding_model"] = s.embedding_model();
   j["architecture"] = std::move(a);
 
   Json t = Json::object();

@@ -94,6 +94,11 @@ struct Scheduler::Slot {
   bool prompt_started = false;
   int logits_row = -1;  // this step's row of logits, -1 if none
   bool done = false;
+  // An embedding request (RequestParams::embed): its pooling so far (made
+  // anew whenever its prompt is read from the start), then its vector.
+  bool embeds() const { return request->params.embed.has_value(); }
+  std::optional<EmbeddingPooler> pooler;
+  std::vector<float> embedding;
 };
 
 Scheduler::Scheduler(backend::Backend& backend, const tokenizer::Vocab& vocab, SchedulerOptions options)
@@ -104,6 +109,7 @@ Scheduler::Scheduler(backend::Backend& backend, const tokenizer::Vocab& vocab, S
       n_ctx_(backend.n_ctx()),
       n_slots_(backend.n_seq_max()),
       n_vocab_(backend.n_vocab()),
+      n_embd_(backend.n_embd()),
       pool_(backend.n_kv_blocks()) {
   if (static_cast<size_t>(n_vocab_) < vocab.size()) {
     throw Error("the tokenizer has " + std::to_string(vocab.size()) + " tokens but the model only " +
@@ -123,15 +129,27 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params, int n) {
   const int n_prompt = static_cast<int>(params.prompt.size());
   if (n_prompt == 0) throw RequestRejected(R::Invalid, "the prompt is empty");
   if (n < 1) throw RequestRejected(R::Invalid, "a request needs at least one choice");
-  if (const int context = context_of(params); n_prompt >= context) {
+  if (params.embed) {
+    if (n != 1) throw RequestRejected(R::Invalid, "an embedding request has one choice");
+    if (n_embd_ <= 0) throw RequestRejected(R::Invalid, "the " + backend_.name() + " backend gives no hidden states for embeddings");
+    try {
+      EmbeddingPooler(*params.embed, n_embd_, n_prompt);  // the pooling is one it can do
+    } catch (const Error& e) {
+      throw RequestRejected(R::Invalid, e.what());
+    }
+    params.cache_prompt = false;  // mean and CLS pooling need every token's hidden state
+  }
+  // An answer needs room for one new token; an embedding only for its prompt.
+  const int room = params.embed ? 0 : 1;
+  if (const int context = context_of(params); n_prompt + room > context) {
     throw RequestRejected(R::Invalid, "the prompt has " + std::to_string(n_prompt) +
                                           " tokens but the context holds " + std::to_string(context) +
-                                          " (leaving room for at least one new token): shorten the prompt "
-                                          "or start the server with a larger --ctx");
+                                          (params.embed ? "" : " (leaving room for at least one new token)") +
+                                          ": shorten the prompt or start the server with a larger --ctx");
   }
   // n_blocks() is fixed at construction: safe to read from any thread.
-  if (backend::kv_blocks_for(n_prompt + 1) > pool_.n_blocks()) {
-    throw RequestRejected(R::Invalid, "the prompt needs " + std::to_string(backend::kv_blocks_for(n_prompt + 1)) +
+  if (backend::kv_blocks_for(n_prompt + room) > pool_.n_blocks()) {
+    throw RequestRejected(R::Invalid, "the prompt needs " + std::to_string(backend::kv_blocks_for(n_prompt + room)) +
                                           " KV blocks of " + std::to_string(backend::kKvBlockSize) +
                                           " positions but the whole pool has " + std::to_string(pool_.n_blocks()) +
                                           ": shorten the prompt or give the server a larger KV pool");
@@ -149,7 +167,7 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params, int n) {
       // The prompt is in the penalty window, as in llama.cpp's server and Generator.
       pending->loop = std::make_unique<TokenLoop>(vocab_, pending->params.sampler, n_vocab_,
                                                   AnswerLimits{params.max_tokens, params.stop, params.ignore_eos}, params.prompt,
-                                                  params.logprobs);
+                                                  params.logprobs, params.grammar);
       pending->stream = stream;
       pending->choice = i;
       pending->prompt_read = prompt_read;
@@ -218,6 +236,8 @@ void Scheduler::finish(Slot& slot, FinishReason reason) {
   }
   StreamEvent done = StreamEvent::done(reason, slot.timings);
   done.logprobs = std::move(slot.held_logprobs);
+  done.embedding = std::move(slot.embedding);
+  if (slot.request->loop) done.answer_tokens = slot.request->loop->tokens();
   slot.request->push(std::move(done));
 }
 
@@ -422,6 +442,7 @@ void Scheduler::loop() {
 }
 
 void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
+  if (embed_step_due(slots)) return embed_step(slots);
   // Room for each generating slot's next position, oldest first, so that
   // when the pool is out the youngest gives its blocks back.
   std::vector<Slot*> by_age;
@@ -445,7 +466,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   for (auto& s : slots) {
     if (!s) continue;
     s->logits_row = -1;
-    if (!s->has_blocks || s->done) continue;
+    if (!s->has_blocks || s->done || s->embeds()) continue;
     if (s->decoding()) {
       batch.add(s->tokens.back(), s->n_kv, s->seq, true);
       s->logits_row = rows++;
@@ -463,7 +484,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   int budget = pacer_.budget(n_decode, n_waiting);
   const auto now = Clock::now();
   for (Slot* s : by_age) {
-    if (!s->has_blocks || s->done || s->decoding() || budget == 0) continue;
+    if (!s->has_blocks || s->done || s->decoding() || s->embeds() || budget == 0) continue;
     const int n_tokens = static_cast<int>(s->tokens.size());
     const int n = std::min(budget, s->pending());
     if (!s->prompt_started) {
@@ -550,6 +571,97 @@ std::optional<FinishReason> Scheduler::advance(Slot& slot, std::span<const float
   if (step.finish) return step.finish;
   slot.tokens.push_back(step.token);
   return std::nullopt;
+}
+
+// ---- embeddings ---------------------------------------------------------------
+
+bool Scheduler::embed_step_due(const std::vector<std::unique_ptr<Slot>>& slots) {
+  bool embeds = false, others = false;
+  for (const auto& s : slots) {
+    if (!s || !s->has_blocks || s->done) continue;
+    (s->embeds() ? embeds : others) = true;
+  }
+  if (!embeds) return false;
+  if (!others) return true;
+  embed_turn_ = !embed_turn_;
+  return embed_turn_;
+}
+
+// Reads embedding requests' prompts, oldest first, in a batch of their own
+// that asks for the hidden states each one's pooling needs; a request
+// whose prompt is read ends with its pooled, normalized vector. The chunk
+// is prefill_chunk tokens, or while streams generate what the pacer lets a
+// step carry beside them (at least one token).
+void Scheduler::embed_step(std::vector<std::unique_ptr<Slot>>& slots) {
+  std::vector<Slot*> by_age;
+  int n_decode = 0, n_embed = 0;
+  for (auto& s : slots) {
+    if (!s || !s->has_blocks || s->done) continue;
+    if (s->embeds()) {
+      by_age.push_back(s.get());
+      ++n_embed;
+    } else if (s->decoding()) {
+      ++n_decode;
+    }
+  }
+  std::sort(by_age.begin(), by_age.end(), [](const Slot* a, const Slot* b) { return a->order < b->order; });
+  int budget = n_decode == 0 ? options_.prefill_chunk : std::max(1, pacer_.budget(n_decode, n_embed));
+
+  backend::Batch batch;
+  batch.output_embeddings = true;
+  std::vector<std::pair<Slot*, int>> fed;       // slots and the tokens this step gives them
+  std::vector<std::pair<Slot*, int>> outputs;   // each hidden-state row: its slot and position
+  uint64_t prompt_tokens = 0;
+  const auto now = Clock::now();
+  for (Slot* s : by_age) {
+    if (budget == 0) break;
+    const int n = std::min(budget, s->pending());
+    if (n <= 0) continue;
+    if (!s->prompt_started) {
+      s->prompt_started = true;
+      s->prompt_start = now;
+    }
+    // From the start (first, or again after giving its blocks back): a new pooling.
+    if (s->n_kv == 0 || !s->pooler) s->pooler.emplace(*s->request->params.embed, n_embd_, static_cast<int>(s->tokens.size()));
+    for (int i = 0; i < n; ++i) {
+      const int p = s->n_kv + i;
+      const bool wanted = s->pooler->wants(p);
+      batch.add(s->tokens[p], p, s->seq, wanted);
+      if (wanted) outputs.emplace_back(s, p);
+    }
+    fed.emplace_back(s, n);
+    budget -= n;
+    prompt_tokens += static_cast<uint64_t>(n);
+  }
+  if (batch.size() == 0) return;
+  std::vector<float> hidden(outputs.size() * static_cast<size_t>(n_embd_));
+  backend_.forward(batch, hidden);
+  const auto after = Clock::now();
+  for (auto [s, n] : fed) {
+    s->n_kv += n;
+    publish_full_blocks(*s);  // the same K and V a generating request computes: others may reuse them
+  }
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    auto [s, p] = outputs[r];
+    s->pooler->add(p, std::span<const float>(hidden).subspan(r * static_cast<size_t>(n_embd_), static_cast<size_t>(n_embd_)));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.steps;
+    stats_.prompt_tokens += prompt_tokens;
+  }
+  for (auto [s, n] : fed) {
+    if (s->pending() > 0) continue;
+    s->timings.prompt_seconds = seconds_between(s->prompt_start, after);
+    try {
+      s->embedding = s->pooler->pooled();
+      l2_normalize(s->embedding);
+    } catch (const std::exception& e) {
+      fail(*s, e.what());
+      continue;
+    }
+    finish(*s, FinishReason::EndOfGeneration);
+  }
 }
 
 }  // namespace m40::engine

@@ -31,6 +31,7 @@
 
 #include "backends/backend.h"
 #include "common/error.h"
+#include "engine/embedding_pooling.h"
 #include "engine/generator.h"
 #include "engine/kv_block_pool.h"
 #include "engine/prefill_pacer.h"
@@ -48,6 +49,13 @@ struct RequestParams {
   bool cache_prompt = true;       // false: read the whole prompt even where cached blocks hold its beginning
   int n_ctx = 0;                  // the most positions this request may use; 0 or more than the backend's: the backend's
   int logprobs = -1;              // >= 0: each answer token's log-probability and that many alternatives (TokenLoop)
+  // Set: an embedding request, pooled this way (embedding_pooling.h). Its
+  // prompt (which may fill the whole context) is read in forward steps of
+  // its own, whose outputs are hidden states, never from cached blocks;
+  // nothing is generated, and its Done event carries the pooled,
+  // L2-normalized vector (StreamEvent::embedding). One choice only.
+  std::optional<model::PoolingType> embed;
+  AnswerGrammar grammar;          // constrained decoding (structured output, forced tool calls); each choice follows it
 };
 
 struct RequestTimings {
@@ -72,6 +80,11 @@ struct StreamEvent {
   // event of this choice, in order (Text; Done carries those whose text was
   // never shown, such as a stop string's).
   std::vector<TokenLogprob> logprobs;
+  // Done of an embedding request (RequestParams::embed): its vector.
+  std::vector<float> embedding;
+  // Done of an answer: the tokens it generated (what was shown; an end
+  // token is not among them), for Ollama's `context`.
+  std::vector<int32_t> answer_tokens;
 
   static StreamEvent piece(std::string text) {
     StreamEvent e;
@@ -201,6 +214,11 @@ class Scheduler {
   void give_back_blocks(Slot& slot);
   void publish_full_blocks(Slot& slot);
   void step(std::vector<std::unique_ptr<Slot>>& slots);
+  // Embedding requests' prompt chunks go in steps of their own (their
+  // outputs are hidden states): every step while nothing else runs, every
+  // other step while requests also generate.
+  bool embed_step_due(const std::vector<std::unique_ptr<Slot>>& slots);
+  void embed_step(std::vector<std::unique_ptr<Slot>>& slots);
   std::optional<FinishReason> advance(Slot& slot, std::span<const float> logits);
   void finish(Slot& slot, FinishReason reason);
   void fail(Slot& slot, const std::string& message);
@@ -213,8 +231,10 @@ class Scheduler {
   int n_ctx_;
   int n_slots_;
   int n_vocab_;
+  int n_embd_;  // the backend's hidden-state width (0: no embeddings)
   KvBlockPool pool_;     // engine thread only
   uint64_t admitted_ = 0;  // engine thread only: admission order, for preemption
+  bool embed_turn_ = false;  // engine thread only: whose turn it is when embeddings and generation both wait
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;

@@ -1,5 +1,7 @@
 #include "engine/token_loop.h"
 
+#include "common/error.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -51,6 +53,7 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
   std::vector<int32_t> best;
   best.reserve(k + 1);
   for (size_t i = 0; i < logits.size() && k > 0; ++i) {
+    if (logits[i] == -std::numeric_limits<float>::infinity()) continue;  // banned (a grammar's mask, a bias)
     if (best.size() == k && !(logits[i] > logits[static_cast<size_t>(best.back())])) continue;
     const auto at = std::upper_bound(best.begin(), best.end(), logits[i],
                                      [&](float l, int32_t id) { return l > logits[static_cast<size_t>(id)]; });
@@ -62,15 +65,47 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
 }
 
 TokenLoop::TokenLoop(const tokenizer::Vocab& vocab, const SamplerParams& sampler, int n_vocab, AnswerLimits limits,
-                     std::span<const int32_t> prompt, int logprobs)
+                     std::span<const int32_t> prompt, int logprobs, const AnswerGrammar& grammar)
     : vocab_(vocab),
       sampler_(sampler, n_vocab),
       limits_(std::move(limits)),
       detok_(vocab, {.render_special = false, .sequence_start = false}),
       stops_(stops_with_end_texts(vocab, limits_)),
       user_stops_(limits_.stop.size()),
-      logprobs_(logprobs) {
+      logprobs_(logprobs),
+      grammar_(grammar) {
   for (int32_t t : prompt) sampler_.accept(t);
+  if (grammar_ && grammar_.starts_after.empty()) constraint_.emplace(grammar_.grammar, grammar_.vocabulary);
+}
+
+std::span<const float> TokenLoop::constrain(std::span<const float> logits) {
+  if (!constraint_) return logits;
+  masked_.assign(logits.begin(), logits.end());
+  constraint_->mask(masked_);
+  const auto bits = constraint_->allowed_bits();
+  if (std::none_of(bits.begin(), bits.end(), [](uint64_t w) { return w != 0; })) {
+    throw Error("the grammar allows none of this model's tokens after " + std::to_string(tokens_.size()) +
+                " tokens of the answer: the vocabulary cannot spell what it requires next");
+  }
+  return masked_;
+}
+
+// Advances the grammar past a drawn token, or, before it applies, watches
+// for the text it starts after.
+void TokenLoop::follow_grammar(int32_t token) {
+  if (!grammar_) return;
+  if (constraint_) {
+    constraint_->accept(token);
+    return;
+  }
+  before_grammar_ += vocab_.piece(token, true);
+  const std::string& open = grammar_.starts_after;
+  if (before_grammar_.size() >= open.size() && before_grammar_.find(open) != std::string::npos) {
+    constraint_.emplace(grammar_.grammar, grammar_.vocabulary);
+    before_grammar_.clear();
+  } else if (before_grammar_.size() > 4 * open.size() + 64) {
+    before_grammar_.erase(0, before_grammar_.size() - open.size());  // only a tail can still complete it
+  }
 }
 
 std::string TokenLoop::release_held() {
@@ -91,11 +126,13 @@ TokenLoop::Step TokenLoop::next(std::span<const float> logits, int n_fed, int n_
   };
   if (ended_) return end(FinishReason::Cancelled, false);
   if (limits_.max_tokens == 0) return end(FinishReason::MaxTokens, true);
-  const int32_t token = sampler_.sample(logits);
+  const std::span<const float> allowed = constrain(logits);
+  const int32_t token = sampler_.sample(allowed);
   sampler_.accept(token);
+  follow_grammar(token);
   if (!limits_.ignore_eos && vocab_.is_end_of_generation(token)) return end(FinishReason::EndOfGeneration, true);
   tokens_.push_back(token);
-  if (logprobs_ >= 0) step.logprob = token_logprob(logits, token, logprobs_);
+  if (logprobs_ >= 0) step.logprob = token_logprob(allowed, token, logprobs_);
   std::string text;
   detok_.push(token, text);
   step.text = stops_.push(text);
@@ -106,6 +143,9 @@ TokenLoop::Step TokenLoop::next(std::span<const float> logits, int n_fed, int n_
                                      stops_.matched()) != user.begin() + static_cast<std::ptrdiff_t>(user_stops_);
     return end(user_stop ? FinishReason::StopString : FinishReason::EndOfGeneration, false);
   }
+  // A grammar that has matched all it can ends the answer here, as its end
+  // token would (a vocabulary may have no end token to draw).
+  if (constraint_ && constraint_->finished()) return end(FinishReason::EndOfGeneration, true);
   if (n_fed >= n_ctx) return end(FinishReason::ContextFull, true);
   if (limits_.max_tokens >= 0 && generated() >= limits_.max_tokens) return end(FinishReason::MaxTokens, true);
   step.token = token;

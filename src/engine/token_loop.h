@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <span>
@@ -17,6 +18,9 @@
 
 #include "engine/sampler.h"
 #include "engine/stop_strings.h"
+#include "grammar/grammar.h"
+#include "grammar/token_constraint.h"
+#include "grammar/token_vocabulary.h"
 #include "tokenizer/vocab.h"
 
 namespace m40::engine {
@@ -28,6 +32,18 @@ struct AnswerLimits {
   int max_tokens = -1;            // -1: until the context is full
   std::vector<std::string> stop;  // stop strings (not shown)
   bool ignore_eos = false;        // keep going past end-of-generation tokens (and their text)
+};
+
+// Constrained decoding (structured output, forced tool calls): only tokens
+// the grammar allows are drawn, and end-of-generation only where the
+// grammar is complete. With `starts_after` (a reasoning model's thinking
+// close tag, "</think>"), the answer is free until that text has been
+// generated and the grammar applies to what follows it.
+struct AnswerGrammar {
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::shared_ptr<const grammar::TokenVocabulary> vocabulary;  // the model's, built once
+  std::string starts_after;
+  explicit operator bool() const { return grammar != nullptr; }
 };
 
 // A sampled token's log-probability under the model's distribution (the
@@ -47,9 +63,10 @@ class TokenLoop {
   // The prompt's tokens enter the sampler's penalty window (as in
   // llama.cpp). Throws m40::Error for bad sampler parameters.
   // `logprobs` >= 0: each step reports the sampled token's log-probability
-  // and that many alternatives (-1: none).
+  // and that many alternatives (-1: none); under a grammar, of the
+  // distribution the token was drawn from (the grammar's mask applied).
   TokenLoop(const tokenizer::Vocab& vocab, const SamplerParams& sampler, int n_vocab, AnswerLimits limits,
-            std::span<const int32_t> prompt, int logprobs = -1);
+            std::span<const int32_t> prompt, int logprobs = -1, const AnswerGrammar& grammar = {});
 
   struct Step {
     std::string text;                    // to show now (may be empty)
@@ -73,6 +90,8 @@ class TokenLoop {
 
  private:
   std::string release_held();
+  std::span<const float> constrain(std::span<const float> logits);
+  void follow_grammar(int32_t token);
 
   const tokenizer::Vocab& vocab_;
   Sampler sampler_;
@@ -83,6 +102,12 @@ class TokenLoop {
   int logprobs_;
   std::vector<int32_t> tokens_;
   bool ended_ = false;
+  // Under a grammar: the constraint once it applies, the text generated
+  // while waiting for `starts_after` (its tail), and the masked logits.
+  std::optional<grammar::TokenConstraint> constraint_;
+  AnswerGrammar grammar_;
+  std::string before_grammar_;
+  std::vector<float> masked_;
 };
 
 }  // namespace m40::engine

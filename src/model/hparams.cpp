@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <iterator>
 #include <numbers>
 #include <variant>
 
@@ -22,6 +23,8 @@ constexpr RopeScalingName kRopeScalingNames[] = {
     {RopeScaling::Yarn, "yarn"},
     {RopeScaling::LongRope, "longrope"},
 };
+
+constexpr std::string_view kPoolingNames[] = {"none", "mean", "cls", "last", "rank"};
 
 // Reads keys under one architecture prefix; every error names the full key.
 class KeyReader {
@@ -250,6 +253,11 @@ std::optional<RopeScaling> rope_scaling_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view pooling_type_name(PoolingType pooling) {
+  const auto i = static_cast<size_t>(pooling);
+  return i < std::size(kPoolingNames) ? kPoolingNames[i] : "unknown";
+}
+
 std::string arch_key(std::string_view architecture, std::string_view suffix) {
   std::string key(architecture);
   key += '.';
@@ -360,6 +368,19 @@ ModelHparams ModelHparams::from_metadata(const gguf::Metadata& metadata, const g
   if (hp.rope_scaling_orig_ctx == 0) hp.rope_scaling_orig_ctx = hp.n_ctx_train;
   hp.rope_attn_factor = keys.optional<float>("rope.scaling.attn_factor").value_or(1.0f);
   hp.n_expert = keys.optional<uint32_t>("expert_count").value_or(0);
+  if (auto pooling = keys.optional<uint32_t>("pooling_type")) {
+    if (*pooling >= std::size(kPoolingNames)) {
+      inconsistent(key("pooling_type") + " = " + show(*pooling) +
+                   " is not one of 0 (none), 1 (mean), 2 (cls), 3 (last), 4 (rank)");
+    }
+    hp.pooling = static_cast<PoolingType>(*pooling);
+  }
+  // Bidirectional attention (BERT-like embedding models) is not built: the
+  // attention is causal everywhere.
+  if (keys.optional<bool>("attention.causal").value_or(true) == false) {
+    inconsistent(key("attention.causal") + " is false: m40-llm runs causal attention only (non-causal embedding "
+                 "models are not supported)");
+  }
   resolve_features(hp, keys);
 
   hp.n_vocab = vocabulary_size(metadata, keys, arch, token_embd);

@@ -26,6 +26,11 @@ enum class RopeScaling { None, Linear, Yarn, LongRope };
 std::string_view rope_scaling_name(RopeScaling scaling);
 std::optional<RopeScaling> rope_scaling_from_name(std::string_view name);
 
+// `{arch}.pooling_type`, llama.cpp's enum llama_pooling_type: how an
+// embedding model turns its tokens' hidden states into one vector.
+enum class PoolingType : uint32_t { None = 0, Mean = 1, Cls = 2, Last = 3, Rank = 4 };
+std::string_view pooling_type_name(PoolingType pooling);  // "none", "mean", "cls", "last", "rank"
+
 // RoPE as one layer applies it (ggml's rope_ext with YaRN): for rotary pair
 // i, theta_extrap = pos * freq_base^(-2i/n_rot) / factor_i (factor_i from a
 // rope factors tensor, else 1), theta_interp = freq_scale * theta_extrap;
@@ -96,6 +101,12 @@ struct ModelHparams {
   float final_softcap = 0.0f;    // logits = cap · tanh(logits / cap) (gemma2)
   float attn_temperature_scale = 0.0f;   // Q × 1 + this · ln(⌊p / L⌋ + 1) (mistral3) ...
   uint32_t attn_temperature_length = 0;  // ... with L = this
+
+  // {arch}.pooling_type: set in embedding models' files (Qwen3-Embedding:
+  // last), absent in generative ones. A file that sets it is an embedding
+  // model, as llama.cpp's converter and Ollama read it.
+  std::optional<PoolingType> pooling;
+  bool is_embedding_model() const { return pooling.has_value(); }
 
   uint32_t head_dim() const { return n_embd_head; }
   uint32_t n_gqa() const { return n_head / n_head_kv; }  // query heads per KV head

@@ -308,6 +308,7 @@ ModelSummary summarize(const gguf::File& file) {
     s.rms_norm_eps = lenient_float(md, key("attention.layer_norm_rms_epsilon"));
     s.layer_norm_eps = lenient_float(md, key("attention.layer_norm_epsilon"));
     s.vocab_size = lenient<uint64_t>(md, key("vocab_size"));
+    s.pooling_type = lenient<uint64_t>(md, key("pooling_type"));
   }
 
   const gguf::Array* tokens = find_array(md, "tokenizer.ggml.tokens");

@@ -99,6 +99,10 @@ struct ModelSummary {
   std::optional<double> layer_norm_eps;  // attention.layer_norm_epsilon (bert, falcon, gpt2, ...)
   std::optional<uint64_t> vocab_size;    // {arch}.vocab_size, else token count, else token_embd
   std::optional<bool> output_tied;       // no output.weight (only for files with tensors)
+  // {arch}.pooling_type (llama.cpp's enum: 0 none, 1 mean, 2 cls, 3 last,
+  // 4 rank); a file that sets it is an embedding model.
+  std::optional<uint64_t> pooling_type;
+  bool embedding_model() const { return pooling_type.has_value(); }
 
   // Tokenizer.
   std::optional<std::string> tokenizer_model;  // tokenizer.ggml.model

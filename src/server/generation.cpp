@@ -96,6 +96,7 @@ std::vector<Completion> collect(ServerContext& s, const HttpRequest& req, engine
           c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
           c.finish_reason = e.finish_reason;
           c.timings = e.timings;
+          c.answer_tokens = std::move(e.answer_tokens);
           if (++done == out.size()) return out;
           break;
         case engine::StreamEvent::Kind::Failed:
@@ -162,19 +163,6 @@ void stream_response(ServerContext& s, HttpResponse& res, const char* content_ty
       if (!out.write(text)) return;  // the client went away
     }
   });
-}
-
-std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages, bool truncate, int n_ctx) {
-  auto options = m.chat_template->options();
-  options.add_generation_prompt = true;
-  std::string text;
-  try {
-    text = m.chat_template->render(messages, options);
-  } catch (const Error& e) {
-    throw HttpError{400, std::string("the model's chat template could not render these messages: ") + e.what()};
-  }
-  // The rendered text carries BOS where the template wants it.
-  return prompt_tokens(*m.vocab, m.max_token_bytes, n_ctx, text, false, truncate);
 }
 
 std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text, bool truncate, int n_ctx) {

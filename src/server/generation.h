@@ -30,6 +30,7 @@ struct Completion {
   engine::FinishReason finish_reason = engine::FinishReason::EndOfGeneration;
   engine::RequestTimings timings;
   std::vector<engine::TokenLogprob> logprobs;  // with RequestParams::logprobs
+  std::vector<int32_t> answer_tokens;          // the tokens generated (Ollama's context)
 };
 // Waits for every choice's whole answer (by choice); HttpError 500 when the
 // engine failed, 503 when the server stops. A client that closes its
@@ -54,11 +55,7 @@ void stream_response(ServerContext& s, HttpResponse& res, const char* content_ty
                      std::shared_ptr<engine::RequestStream> stream, std::shared_ptr<ModelLease> lease,
                      StreamFormat format);
 
-// Renders chat messages (already checked: objects with string role and
-// content) through the model's template and tokenizes the result
-// (prompt_tokens.h: refused or cut before tokenizing when it cannot fit).
-std::vector<int32_t> chat_prompt(ResidentModel& m, const json& messages, bool truncate, int n_ctx);
-
+// Chat prompts: feature_chat_prompt (chat_features.h).
 // Tokens of a plain prompt (BOS as the vocabulary asks, special tokens parsed).
 std::vector<int32_t> raw_prompt(ResidentModel& m, const std::string& text, bool truncate, int n_ctx);
 

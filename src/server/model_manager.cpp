@@ -200,7 +200,17 @@ std::shared_ptr<ResidentModel> ModelManager::open_model(const ModelTarget& targe
   m->path = target.path;
   m->model = model::LoadedModel::open(target.path);
   m->vocab = std::make_unique<tokenizer::Vocab>(tokenizer::Vocab::from_metadata(m->model->file.metadata()));
-  m->chat_template.emplace(chat::model_chat_template(m->model->file));
+  if (!options_.chat_template.empty()) {
+    m->chat_template.emplace(chat::model_chat_template_from_source(m->model->file.metadata(), options_.chat_template));
+  } else {
+    m->chat_template.emplace(chat::model_chat_template(m->model->file));
+  }
+  if (options_.chat_template.empty() && m->model->file.metadata().find("tokenizer.chat_template.tool_use") != nullptr) {
+    m->tool_use_template.emplace(chat::model_chat_template(m->model->file, "tool_use"));
+  }
+  const tokenizer::Vocab& vocab = *m->vocab;
+  m->template_traits = chat::template_traits((m->tool_use_template ? *m->tool_use_template : *m->chat_template).chat_template.source(),
+                                             [&vocab](std::string_view text) { return vocab.find(text).has_value(); });
   m->max_token_bytes = max_token_bytes(*m->vocab);
   m->load_seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
   return m;

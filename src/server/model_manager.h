@@ -27,6 +27,8 @@
 #include "backends/backend.h"
 #include "chat/model_template.h"
 #include "engine/scheduler.h"
+#include "chat/tool_call_format.h"
+#include "grammar/token_vocabulary.h"
 #include "model/loaded_model.h"
 #include "server/keep_alive.h"
 #include "server/server_options.h"
@@ -46,6 +48,14 @@ struct ResidentModel {
   std::unique_ptr<model::LoadedModel> model;
   std::unique_ptr<tokenizer::Vocab> vocab;
   std::optional<chat::ModelChatTemplate> chat_template;
+  // tokenizer.chat_template.tool_use where the model has one (Hermes-style
+  // files keep the tool-calling template apart): used for requests with tools.
+  std::optional<chat::ModelChatTemplate> tool_use_template;
+  chat::TemplateTraits template_traits;  // of the template tool requests use
+  // The vocabulary as the grammar engine reads it, built by the first
+  // constrained request (chat_features.cpp) and shared by the rest.
+  std::mutex grammar_vocabulary_mutex;
+  std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary;
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<engine::Scheduler> scheduler;
 };

@@ -6,6 +6,8 @@
 #include "model/model_summary.h"
 #include "server/model_catalog.h"
 #include "server/api_answers.h"
+#include "server/chat_features.h"
+#include "server/fill_in_middle.h"
 #include "server/generation.h"
 #include "server/request_fields.h"
 #include "server/routes.h"
@@ -70,10 +72,44 @@ int requested_context(const json& body) {
 
 bool wants_stream(const json& body) { return get_bool(body, "stream").value_or(true); }
 
-void refuse_unsupported(const json& body) {
-  if (auto it = body.find("format"); it != body.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty())) {
-    throw HttpError{400, "'format' (structured output) is not supported yet"};
+// /api/generate's `context`: token ids of an earlier exchange (what a
+// previous answer returned), checked against the vocabulary.
+std::vector<int32_t> context_tokens(const json& body, const tokenizer::Vocab& vocab) {
+  auto it = body.find("context");
+  std::vector<int32_t> out;
+  if (it == body.end() || it->is_null()) return out;
+  if (!it->is_array()) throw HttpError{400, "'context' must be a list of token ids"};
+  for (const auto& t : *it) {
+    if (!t.is_number_unsigned() || t.get<uint64_t>() >= vocab.size()) {
+      throw HttpError{400, "'context' holds " + t.dump() + ", which is no token id of this model (0.." +
+                               std::to_string(vocab.size() - 1) + ")"};
+    }
+    out.push_back(static_cast<int32_t>(t.get<uint64_t>()));
   }
+  return out;
+}
+
+// The context an answer returns: its prompt's tokens and its own.
+json context_of(const std::vector<int32_t>& prompt, const std::vector<int32_t>& answer) {
+  json out = json::array();
+  for (int32_t t : prompt) out.push_back(t);
+  for (int32_t t : answer) out.push_back(t);
+  return out;
+}
+
+// Ollama's tool calls: arguments as an object, not a JSON string.
+json ollama_tool_calls(const std::vector<chat::ToolCall>& calls) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json args;
+    try {
+      args = json::parse(calls[i].arguments);
+    } catch (const json::parse_error&) {
+      args = calls[i].arguments;
+    }
+    out.push_back({{"function", {{"index", i}, {"name", calls[i].name}, {"arguments", std::move(args)}}}});
+  }
+  return out;
 }
 
 json check_images(const json& holder) {
@@ -132,10 +168,10 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
   const json body = parse_body(req);
   const std::string model_ref = model_field(body);
   const auto keep_alive = request_keep_alive(body);
-  refuse_unsupported(body);
   refuse_unimplemented_ollama_fields(body);
   const bool stream = wants_stream(body);
   const json messages = chat ? ollama_messages(body) : json::array();
+  const ChatFeatures features = ollama_features(body, chat);
   if (!chat) check_images(body);
   const auto prompt = chat ? std::string() : get_string(body, "prompt").value_or("");
   const auto system = chat ? std::nullopt : get_string(body, "system");
@@ -166,42 +202,87 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
     return;
   }
   const bool truncate = get_bool(body, "truncate").value_or(false);
+  AnswerPlan plan;
   if (chat) {
-    params.prompt = chat_prompt(m, messages, truncate, n_ctx);
+    params.prompt = feature_chat_prompt(m, messages, features, truncate, n_ctx, plan);
+  } else if (auto suffix = get_string(body, "suffix"); suffix && !suffix->empty()) {
+    // Fill in the middle: the prompt is the code before the cursor.
+    params.prompt = infill_prompt(m, prompt, *suffix, "", n_ctx);
+    plan = completion_plan(m, features);
   } else if (raw) {
     params.prompt = raw_prompt(m, prompt, truncate, n_ctx);
+    plan = completion_plan(m, features);
   } else {
     json turns = json::array();
     if (system) turns.push_back({{"role", "system"}, {"content", *system}});
     turns.push_back({{"role", "user"}, {"content", prompt}});
-    params.prompt = chat_prompt(m, turns, truncate, n_ctx);
+    params.prompt = feature_chat_prompt(m, turns, features, truncate, n_ctx, plan);
   }
+  // Ollama's context: the tokens of the earlier exchange, which the new
+  // prompt continues (the prefix cache finds them already read).
+  const std::vector<int32_t> context = chat ? std::vector<int32_t>() : context_tokens(body, *m.vocab);
+  if (!context.empty()) {
+    const auto bos = m.vocab->special().bos;
+    auto& p = params.prompt;
+    if (!p.empty() && bos != tokenizer::kNoToken && p.front() == bos) p.erase(p.begin());
+    p.insert(p.begin(), context.begin(), context.end());
+  }
+
+  params.grammar = plan.grammar;
   if (truncate) truncate_prompt(m, params);
+  const std::vector<int32_t> prompt_ids = chat ? std::vector<int32_t>() : params.prompt;
 
   auto request = submit(m, std::move(params));
   const double load_seconds = lease->load_seconds();
-  auto piece = [chat, model](const std::string& text, bool done) {
+  // One chunk (or the whole answer): content, thinking and tool calls.
+  auto piece = [chat, model](const chat::ParsedAnswer& a, bool done) {
     json j = {{"model", model}, {"created_at", rfc3339_now()}};
-    if (chat) j["message"] = {{"role", "assistant"}, {"content", text}};
-    else j["response"] = text;
+    if (chat) {
+      j["message"] = {{"role", "assistant"}, {"content", a.content}};
+      if (!a.reasoning.empty()) j["message"]["thinking"] = a.reasoning;
+      if (!a.tool_calls.empty()) j["message"]["tool_calls"] = ollama_tool_calls(a.tool_calls);
+    } else {
+      j["response"] = a.content;
+      if (!a.reasoning.empty()) j["thinking"] = a.reasoning;
+    }
     j["done"] = done;
     return j;
   };
   if (!stream) {
     const Completion c = collect(s, req, *request).front();
-    json j = piece(c.text, true);
+    json j = piece(read_answer(plan, c.text), true);
     j["done_reason"] = done_reason(c.finish_reason);
+    if (!chat) j["context"] = context_of(prompt_ids, c.answer_tokens);
     add_timings(j, c.timings, received, load_seconds);
     send_json(res, j);
     return;
   }
+  // Content and thinking stream as they come; tool calls go out whole,
+  // as Ollama sends them, once the answer is complete.
+  std::shared_ptr<chat::StreamingAnswerParser> parser;
+  if (splits_answer(plan)) parser = answer_stream(plan);
+  auto delta_chunk = [piece](const chat::AnswerDelta& d) {
+    if (d.content.empty() && d.reasoning.empty()) return std::string();
+    return ndjson(piece(chat::ParsedAnswer{.content = d.content, .reasoning = d.reasoning, .tool_calls = {}}, false));
+  };
   StreamFormat f;
-  f.on_text = [piece](const engine::StreamEvent& e) { return ndjson(piece(e.text, false)); };
-  f.on_end = [piece, received, load_seconds](const engine::StreamEvent& done) {
-    json j = piece("", true);
+  f.on_text = [piece, parser, delta_chunk](const engine::StreamEvent& e) {
+    if (!parser) return ndjson(piece(chat::ParsedAnswer{.content = e.text, .reasoning = {}, .tool_calls = {}}, false));
+    return delta_chunk(parser->push(e.text));
+  };
+  f.on_end = [piece, parser, delta_chunk, received, load_seconds, chat, prompt_ids](const engine::StreamEvent& done) {
+    std::string out;
+    if (parser) {
+      out += delta_chunk(parser->finish());
+      if (!parser->answer().tool_calls.empty()) {
+        out += ndjson(piece(chat::ParsedAnswer{.content = {}, .reasoning = {}, .tool_calls = parser->answer().tool_calls}, false));
+      }
+    }
+    json j = piece({}, true);
     j["done_reason"] = done_reason(done.finish_reason);
+    if (!chat) j["context"] = context_of(prompt_ids, done.answer_tokens);
     add_timings(j, done.timings, received, load_seconds);
-    return ndjson(j);
+    return out + ndjson(j);
   };
   f.on_error = [](const std::string& message) { return ndjson({{"error", message}}); };
   stream_response(s, res, "application/x-ndjson", request, std::move(lease), std::move(f));
@@ -317,13 +398,24 @@ void register_ollama_routes(ServerContext& s) {
               if (summary.block_count) info[summary.architecture + ".block_count"] = *summary.block_count;
               if (summary.head_count) info[summary.architecture + ".attention.head_count"] = *summary.head_count;
               if (summary.head_count_kv) info[summary.architecture + ".attention.head_count_kv"] = *summary.head_count_kv;
+              if (summary.pooling_type) info[summary.architecture + ".pooling_type"] = *summary.pooling_type;
+              const chat::ModelChatTemplate tpl = s.options.chat_template.empty()
+                                                      ? chat::model_chat_template(file)
+                                                      : chat::model_chat_template_from_source(file.metadata(), s.options.chat_template);
+              // Tool requests use tokenizer.chat_template.tool_use where there is one.
+              const bool tool_use = s.options.chat_template.empty() &&
+                                    file.metadata().find("tokenizer.chat_template.tool_use") != nullptr;
+              const tokenizer::Vocab vocab = tokenizer::Vocab::from_metadata(file.metadata());
+              const chat::TemplateTraits traits = chat::template_traits(
+                  tool_use ? chat::model_chat_template(file, "tool_use").chat_template.source() : tpl.chat_template.source(),
+                  [&vocab](std::string_view text) { return vocab.find(text).has_value(); });
               send_json(res, {{"license", summary.license.value_or("")},
                               {"modelfile", "FROM " + target.path + "\n"},
                               {"parameters", ""},
-                              {"template", chat::model_chat_template(file).chat_template.source()},
+                              {"template", tpl.chat_template.source()},
                               {"details", model_details(file)},
                               {"model_info", info},
-                              {"capabilities", json::array({"completion"})}});
+                              {"capabilities", model_capabilities(traits, tokenizer::Vocab::from_metadata(file.metadata()).special().has_fim(), summary.embedding_model())}});
             }));
 }
 

@@ -5,6 +5,8 @@
 
 #include "server/model_catalog.h"
 #include "server/api_answers.h"
+#include "server/chat_features.h"
+#include "server/fill_in_middle.h"
 #include "server/generation.h"
 #include "server/request_fields.h"
 #include "server/routes.h"
@@ -64,9 +66,6 @@ engine::RequestParams openai_params(const json& body) {
         throw HttpError{400, "'logit_bias' keys must be token ids"};
       }
     }
-  }
-  if (auto it = body.find("response_format"); it != body.end() && it->is_object()) {
-    if (it->value("type", "text") != "text") throw HttpError{400, "'response_format' other than text is not supported yet"};
   }
   return p;
 }
@@ -163,6 +162,55 @@ json completion_logprobs(const tokenizer::Vocab& vocab, const std::vector<engine
   return out;
 }
 
+// A finished choice's reason: "tool_calls" when the answer ended by itself
+// after calling tools.
+std::string finish_name(engine::FinishReason r, bool called_tools) {
+  return called_tools && r == engine::FinishReason::EndOfGeneration ? "tool_calls" : finish_name(r);
+}
+
+json openai_tool_calls(const std::vector<chat::ToolCall>& calls) {
+  json out = json::array();
+  for (const auto& c : calls) {
+    out.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
+// The assistant message of a whole answer: content (null when the answer
+// is only tool calls, as OpenAI sends it), reasoning_content (llama.cpp's
+// and DeepSeek's field) and tool_calls.
+json assistant_message(const chat::ParsedAnswer& a) {
+  json message = {{"role", "assistant"},
+                  {"content", a.content.empty() && !a.tool_calls.empty() ? json(nullptr) : json(a.content)}};
+  if (!a.reasoning.empty()) message["reasoning_content"] = a.reasoning;
+  if (!a.tool_calls.empty()) message["tool_calls"] = openai_tool_calls(a.tool_calls);
+  return message;
+}
+
+// A streamed piece as a chat delta; null when it holds nothing to send.
+json chat_delta(const chat::AnswerDelta& d) {
+  json delta = json::object();
+  if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+  if (!d.content.empty()) delta["content"] = d.content;
+  if (!d.calls.empty()) {
+    json calls = json::array();
+    for (const auto& c : d.calls) {
+      json call = {{"index", c.index}};
+      json fn = json::object();
+      if (!c.id.empty()) {
+        call["id"] = c.id;
+        call["type"] = "function";
+      }
+      if (!c.name.empty()) fn["name"] = c.name;
+      fn["arguments"] = c.arguments;
+      call["function"] = std::move(fn);
+      calls.push_back(std::move(call));
+    }
+    delta["tool_calls"] = std::move(calls);
+  }
+  return delta.empty() ? json(nullptr) : delta;
+}
+
 json openai_model(const AvailableModel& m) {
   return {{"id", m.name},
           {"object", "model"},
@@ -236,10 +284,33 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
   const bool stream = wants_stream(body);
   const bool usage = wants_usage(body);
   const json messages = chat ? openai_messages(body) : json();
+  const ChatFeatures features = chat ? openai_chat_features(body) : openai_completion_features(body);
   auto lease = s.models.acquire(model_ref, std::nullopt);
   ResidentModel& m = lease->model();
   const bool truncate = get_bool(body, "truncate").value_or(false);
-  params.prompt = chat ? chat_prompt(m, messages, truncate, m.scheduler->n_ctx()) : completion_prompt(m, body, truncate);
+  AnswerPlan plan;
+  if (chat) {
+    params.prompt = feature_chat_prompt(m, messages, features, truncate, m.scheduler->n_ctx(), plan);
+  } else if (auto suffix = get_string(body, "suffix"); suffix && !suffix->empty()) {
+    // Fill in the middle: the prompt is the text before the cursor.
+    auto it = body.find("prompt");
+    if (it == body.end() || !it->is_string()) throw HttpError{400, "'suffix' needs 'prompt' to be a string (the text before it)"};
+    params.prompt = infill_prompt(m, it->get_ref<const std::string&>(), *suffix, "", m.scheduler->n_ctx());
+    plan = completion_plan(m, features);
+  } else {
+    params.prompt = completion_prompt(m, body, truncate);
+    plan = completion_plan(m, features);
+  }
+  // echo: the text shown starts with the prompt's (as it reads back from its tokens).
+  std::string echoed;
+  if (!chat && get_bool(body, "echo").value_or(false)) {
+    if (logprobs) throw HttpError{400, "'echo' with 'logprobs' is not supported: the prompt's own log-probabilities are not computed"};
+    auto it = body.find("prompt");
+    echoed = it->is_string() ? it->get<std::string>()
+             : it->is_array() && it->size() == 1 && (*it)[0].is_string() ? (*it)[0].get<std::string>()
+                                                                        : m.vocab->decode(params.prompt, {.remove_special = true});
+  }
+  params.grammar = plan.grammar;
   if (truncate) truncate_prompt(m, params);
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_now();
@@ -254,16 +325,19 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
     for (size_t i = 0; i < answers.size(); ++i) {
       const Completion& c = answers[i];
       json choice = {{"index", i}};
+      bool called_tools = false;
       if (chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        const chat::ParsedAnswer answer = read_answer(plan, c.text);
+        called_tools = !answer.tool_calls.empty();
+        choice["message"] = assistant_message(answer);
       } else {
-        choice["text"] = c.text;
+        choice["text"] = echoed + c.text;
       }
       size_t offset = 0;
       choice["logprobs"] = !logprobs ? json(nullptr)
                            : chat    ? chat_logprobs(*m.vocab, c.logprobs)
                                      : completion_logprobs(*m.vocab, c.logprobs, offset);
-      choice["finish_reason"] = finish_name(c.finish_reason);
+      choice["finish_reason"] = finish_name(c.finish_reason, called_tools);
       choices.push_back(std::move(choice));
       timings.push_back(c.timings);
     }
@@ -280,6 +354,11 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
     return j;
   };
   StreamFormat f;
+  if (!chat && !echoed.empty()) {
+    f.on_start = [=](int index) {
+      return sse(chunk({{"index", index}, {"text", echoed}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+    };
+  }
   if (chat) {
     f.on_start = [=](int index) {
       return sse(chunk({{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
@@ -293,21 +372,46 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
     if (!logprobs) return json(nullptr);
     return chat ? chat_logprobs(*vocab, e.logprobs) : completion_logprobs(*vocab, e.logprobs, (*offsets)[static_cast<size_t>(e.choice)]);
   };
+  // Each choice's answer parser, where the plan splits the text into
+  // content, reasoning and tool calls.
+  auto parsers = std::make_shared<std::vector<std::unique_ptr<chat::StreamingAnswerParser>>>();
+  if (chat && splits_answer(plan)) {
+    for (int i = 0; i < n; ++i) parsers->push_back(answer_stream(plan));
+  }
+  auto delta_of = [=](int index, const std::string& text) -> json {
+    if (parsers->empty()) return json{{"content", text}};
+    return chat_delta((*parsers)[static_cast<size_t>(index)]->push(text));
+  };
   f.on_text = [=](const engine::StreamEvent& e) {
     json choice = {{"index", e.choice}};
-    if (chat) choice["delta"] = {{"content", e.text}};
-    else choice["text"] = e.text;
-    choice["logprobs"] = logprobs_of(e);
+    json lp = logprobs_of(e);
+    if (chat) {
+      json delta = delta_of(e.choice, e.text);
+      if (delta.is_null() && lp.is_null()) return std::string();  // held back by the parser
+      choice["delta"] = delta.is_null() ? json{{"content", ""}} : std::move(delta);
+    } else {
+      choice["text"] = e.text;
+    }
+    choice["logprobs"] = std::move(lp);
     choice["finish_reason"] = nullptr;
     return sse(chunk(std::move(choice)));
   };
   f.on_end = [=](const engine::StreamEvent& done) {
+    std::string out;
+    bool called_tools = false;
+    if (!parsers->empty()) {
+      auto& parser = *(*parsers)[static_cast<size_t>(done.choice)];
+      if (json rest = chat_delta(parser.finish()); !rest.is_null()) {
+        out += sse(chunk({{"index", done.choice}, {"delta", std::move(rest)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+      }
+      called_tools = !parser.answer().tool_calls.empty();
+    }
     json choice = {{"index", done.choice}};
     if (chat) choice["delta"] = json::object();
     else choice["text"] = "";
     choice["logprobs"] = done.logprobs.empty() ? json(nullptr) : logprobs_of(done);
-    choice["finish_reason"] = finish_name(done.finish_reason);
-    return sse(chunk(std::move(choice)));
+    choice["finish_reason"] = finish_name(done.finish_reason, called_tools);
+    return out + sse(chunk(std::move(choice)));
   };
   f.on_finish = [=](const std::vector<engine::StreamEvent>& ends) {
     std::string out;

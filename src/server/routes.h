@@ -9,5 +9,6 @@ void register_ops_routes(ServerContext& s);     // ops_routes.cpp: /health, /met
 void register_openai_routes(ServerContext& s);  // openai_api.cpp: /v1/...
 void register_ollama_routes(ServerContext& s);  // ollama_api.cpp: /api/...
 void register_pull_route(ServerContext& s);     // pull_route.cpp: /api/pull
+void register_embedding_routes(ServerContext& s);  // embeddings_routes.cpp: /v1/embeddings, /api/embed, /api/embeddings
 
 }  // namespace m40::server

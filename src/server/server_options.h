@@ -38,6 +38,7 @@ struct ServerOptions {
   RequestLimits limits;      // sizes, deadlines and connection caps per client (request_limits.h)
   int http_threads = 0;      // handler threads; 0: enough for every slot and queued request, plus a few
   bool log_requests = false; // one line per request on stderr
+  std::string chat_template; // non-empty: this Jinja chat template for every model instead of its own
   KeepAlive keep_alive;      // how long an idle model stays loaded (a request's keep_alive overrides)
   // What a request may make the server read or fetch (docs/server.md,
   // "Pulls and file paths"):

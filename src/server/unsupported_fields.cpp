@@ -45,34 +45,26 @@ bool not_text_only(const json& v) { return used(v) && v != json::array({"text"})
 
 void refuse_unimplemented_openai_fields(const json& body, bool chat) {
   apply(body, {
-                  {"tools", "tool calling (the template and the output parser) is not built"},
-                  {"tool_choice", "tool calling is not built", a_tool_choice},
-                  {"functions", "function calling is not built"},
-                  {"function_call", "function calling is not built", a_tool_choice},
-                  {"grammar", "constrained decoding is not built"},
-                  {"json_schema", "constrained decoding is not built"},
+                  {"functions", "the deprecated function calling is not built: use 'tools'"},
+                  {"function_call", "the deprecated function calling is not built: use 'tool_choice'", a_tool_choice},
                   {"audio", "the models are text-only"},
                   {"modalities", "the models are text-only", not_text_only},
                   {"prediction", "predicted outputs are not built"},
                   {"web_search_options", "web search is not built"},
-                  {"reasoning_effort", "reasoning models are not run yet"},
+                  {"reasoning_effort", "effort levels are not built; thinking is on or off: chat_template_kwargs.enable_thinking"},
                   {"store", "stored completions are not built"},
               });
   if (chat) return;
   apply(body, {
-                  {"suffix", "fill-in-the-middle is not built"},
-                  {"echo", "echoing the prompt is not built"},
+                  {"tools", "tools are for /v1/chat/completions"},
+                  {"tool_choice", "tools are for /v1/chat/completions", a_tool_choice},
                   {"best_of", "best_of is not built: use n", more_than_one},
               });
 }
 
 void refuse_unimplemented_ollama_fields(const json& body) {
   apply(body, {
-                  {"tools", "this model's tools are not supported: tool calling is not built"},
-                  {"think", "thinking is not built"},
-                  {"context", "Ollama's token context is not built: send the conversation as messages"},
                   {"template", "the model's own chat template is used"},
-                  {"suffix", "fill-in-the-middle is not built"},
                   {"logprobs", "Ollama's logprobs are not built (the OpenAI routes have them)"},
                   {"top_logprobs", "Ollama's logprobs are not built (the OpenAI routes have them)"},
               });
@@ -89,6 +81,26 @@ void refuse_unimplemented_ollama_fields(const json& body) {
     throw HttpError{400, "'options." + key + "' is not supported by this server; the options it applies are temperature, "
                          "top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed, "
                          "num_predict, stop and num_ctx"};
+  }
+}
+
+void refuse_unimplemented_embedding_fields(const json& body, bool ollama) {
+  apply(body, {
+                  {"embd_normalize", "embeddings are normalized to Euclidean length 1 (embd_normalize 2)",
+                   [](const json& v) { return !v.is_null() && !(v.is_number_integer() && v.get<int64_t>() == 2); }},
+              });
+  if (!ollama) return;
+  auto it = body.find("options");
+  if (it == body.end() || it->is_null()) return;
+  if (!it->is_object()) throw HttpError{400, "'options' must be an object"};
+  static constexpr const char* kAccepted[] = {"num_ctx",         "temperature",      "top_k",  "top_p",       "min_p",
+                                              "repeat_penalty",  "repeat_last_n",    "presence_penalty",
+                                              "frequency_penalty", "seed",           "num_predict", "stop"};
+  for (const auto& [key, value] : it->items()) {
+    if (value.is_null()) continue;
+    if (std::find_if(std::begin(kAccepted), std::end(kAccepted), [&](const char* k) { return key == k; }) != std::end(kAccepted)) continue;
+    throw HttpError{400, "'options." + key + "' is not supported by this server; an embedding applies num_ctx (the "
+                         "sampling options have no effect on it)"};
   }
 }
 

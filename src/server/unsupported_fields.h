@@ -15,5 +15,11 @@ void refuse_unimplemented_openai_fields(const nlohmann::ordered_json& body, bool
 // does not apply is refused by name (Ollama's hardware options too: they
 // would be ignored, and a client could not tell).
 void refuse_unimplemented_ollama_fields(const nlohmann::ordered_json& body);
+// /v1/embeddings (`ollama` false) and /api/embed, /api/embeddings (true):
+// llama.cpp's embd_normalize other than 2 (the Euclidean norm every answer
+// has); Ollama options other than num_ctx that could change an embedding
+// (the hardware ones). The sampling options shape generated text, of which
+// an embedding has none: accepted without effect, as Ollama does.
+void refuse_unimplemented_embedding_fields(const nlohmann::ordered_json& body, bool ollama);
 
 }  // namespace m40::server

@@ -291,6 +291,9 @@ Vocab Vocab::from_metadata(const Metadata& md) {
       {"tokenizer.ggml.unknown_token_id", &v.special.unk}, {"tokenizer.ggml.seperator_token_id", &v.special.sep},
       {"tokenizer.ggml.separator_token_id", &v.special.sep}, {"tokenizer.ggml.padding_token_id", &v.special.pad},
       {"tokenizer.ggml.mask_token_id", &v.special.mask},
+      {"tokenizer.ggml.prefix_token_id", &v.special.fim_pre}, {"tokenizer.ggml.suffix_token_id", &v.special.fim_suf},
+      {"tokenizer.ggml.middle_token_id", &v.special.fim_mid}, {"tokenizer.ggml.fim_pre_token_id", &v.special.fim_pre},
+      {"tokenizer.ggml.fim_suf_token_id", &v.special.fim_suf}, {"tokenizer.ggml.fim_mid_token_id", &v.special.fim_mid},
   };
   for (const IdKey& k : id_keys) {
     if (*k.id != kNoToken && !within(*k.id)) *k.id = kNoToken;
@@ -330,6 +333,24 @@ Vocab Vocab::from_metadata(const Metadata& md) {
       v.special.eom = id;
       v.tokens[id].attr |= kAttrControl;
     }
+  }
+  // Fill-in-the-middle markers by name where the file names none (older
+  // conversions do not); as llama.cpp, they are control tokens.
+  struct FimNames {
+    TokenId* id;
+    std::initializer_list<std::string_view> names;
+  };
+  const FimNames fim_names[] = {
+      {&v.special.fim_pre, {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>"}},
+      {&v.special.fim_suf, {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>"}},
+      {&v.special.fim_mid, {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>"}},
+  };
+  for (const FimNames& f : fim_names) {
+    for (std::string_view name : f.names) {
+      if (*f.id != kNoToken) break;
+      if (TokenId id = v.lookup(name); id != kNoToken) *f.id = id;
+    }
+    if (*f.id != kNoToken) v.tokens[*f.id].attr |= kAttrControl;
   }
   for (std::string_view name : kEndOfGenerationNames) {
     if (TokenId id = v.lookup(name); id != kNoToken) {

@@ -52,6 +52,13 @@ struct SpecialTokens {
   TokenId pad = kNoToken;
   TokenId mask = kNoToken;
   TokenId newline = kNoToken;  // what "\n" tokenizes to
+  // Fill-in-the-middle: prefix, suffix and middle markers of code models
+  // (Qwen2.5-Coder <|fim_prefix|>, StarCoder <fim_prefix>, CodeLlama <PRE>,
+  // DeepSeek-Coder <｜fim▁begin｜>, ...).
+  TokenId fim_pre = kNoToken;
+  TokenId fim_suf = kNoToken;
+  TokenId fim_mid = kNoToken;
+  bool has_fim() const { return fim_pre != kNoToken && fim_suf != kNoToken && fim_mid != kNoToken; }
 };
 
 struct EncodeOptions {

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "engine/token_loop.h"
+#include "grammar/grammar.h"
+#include "grammar/token_vocabulary.h"
 #include "test_paths.h"
 #include "tokenizer/vocab.h"
 
@@ -159,6 +161,86 @@ TEST_F(TokenLoopTest, LogprobsComeWithEachAnswerTokenButNotTheEndToken) {
   const auto end = l.next(favor(vocab_->special().eos), 2, 100);
   EXPECT_EQ(end.finish, FinishReason::EndOfGeneration);
   EXPECT_FALSE(end.logprob.has_value());
+}
+
+// Under a grammar the loop draws only what the grammar allows, whatever the
+// logits favor, and ends the answer when the grammar is complete.
+class GrammarTokenLoopTest : public TokenLoopTest {
+ protected:
+  engine::AnswerGrammar grammar(const std::string& gbnf, std::string starts_after = "") const {
+    std::vector<std::string> pieces(vocab_->size());
+    for (size_t id = 0; id < vocab_->size(); ++id) {
+      const auto t = static_cast<tokenizer::TokenId>(id);
+      if (!vocab_->is_control(t)) pieces[id] = vocab_->piece(t, true);
+    }
+    engine::AnswerGrammar g;
+    g.grammar = grammar::parse_gbnf(gbnf);
+    g.vocabulary = std::make_shared<grammar::TokenVocabulary>(std::move(pieces), vocab_->end_of_generation_tokens());
+    g.starts_after = std::move(starts_after);
+    return g;
+  }
+  TokenLoop constrained(const engine::AnswerGrammar& g, int logprobs = -1) const {
+    engine::SamplerParams greedy;
+    greedy.temperature = 0;
+    greedy.repeat_penalty = 1.0f;
+    const std::vector<int32_t> prompt = {vocab_->special().bos};
+    return TokenLoop(*vocab_, greedy, static_cast<int>(vocab_->size()), {}, prompt, logprobs, g);
+  }
+  // A token no grammar below allows: "They" whole.
+  int32_t they() const { return pieces("They").back(); }
+};
+
+TEST_F(GrammarTokenLoopTest, OnlyTheGrammarsTextComesOutAndItEndsTheAnswer) {
+  TokenLoop l = constrained(grammar(R"(root ::= " Once upon a time" ("." | "!"))"), 0);
+  std::string shown;
+  std::optional<FinishReason> finish;
+  for (int fed = 1; fed < 40 && !finish; ++fed) {
+    // The logits favor "They" every step; the grammar never allows it.
+    auto step = l.next(favor(they()), fed, 1000);
+    shown += step.text;
+    finish = step.finish;
+    if (step.logprob) {
+      EXPECT_LE(step.logprob->logprob, 0.0f);
+      EXPECT_NE(step.logprob->token, they());
+    }
+  }
+  EXPECT_EQ(finish, FinishReason::EndOfGeneration);
+  EXPECT_TRUE(shown == " Once upon a time." || shown == " Once upon a time!") << shown;
+}
+
+TEST_F(GrammarTokenLoopTest, TheGrammarAppliesOnlyAfterItsOpeningText) {
+  const std::string open = vocab_->piece(they(), true);
+  TokenLoop l = constrained(grammar(R"(root ::= " yes")", open));
+  // Free until "They" has been written: the favored tokens pass.
+  const int32_t once = pieces("fun").back();
+  auto first = l.next(favor(once), 1, 1000);
+  EXPECT_EQ(first.token, once);
+  auto second = l.next(favor(they()), 2, 1000);
+  EXPECT_EQ(second.token, they());
+  std::string shown = first.text + second.text;
+  std::optional<FinishReason> finish;
+  for (int fed = 3; fed < 20 && !finish; ++fed) {
+    auto step = l.next(favor(once), fed, 1000);
+    shown += step.text;
+    finish = step.finish;
+  }
+  EXPECT_EQ(finish, FinishReason::EndOfGeneration);
+  EXPECT_EQ(shown, vocab_->piece(once) + vocab_->piece(they()) + " yes");
+}
+
+TEST_F(GrammarTokenLoopTest, AGrammarTheVocabularyCannotSpellFailsClearly) {
+  // TinyStories has no token that spells "{" (and no byte tokens).
+  TokenLoop l = constrained(grammar("root ::= \"{\""));
+  EXPECT_THROW(
+      {
+        try {
+          l.next(favor(they()), 1, 1000);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("grammar"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
 }
 
 }  // namespace

@@ -226,6 +226,51 @@ TEST_F(ServerTest, OllamaGenerateStreamsNdjsonWithTimings) {
   EXPECT_EQ(text, generator_text(raw_tokens("Once upon a time"), 10));
 }
 
+// Ollama's context: the answer returns its prompt's and its own tokens; a
+// request that sends them back continues that exchange (its new prompt
+// read after them, without a second BOS), reading only what is not cached.
+TEST_F(ServerTest, OllamaGenerateContextCarriesTheExchangeOn) {
+  start(with(2));
+  const json greedy = {{"temperature", 0}, {"repeat_penalty", 1.0}, {"num_predict", 10}};
+  json longer = greedy;
+  longer["num_predict"] = 24;  // prompt and answer fill a whole KV block, which the next request finds cached
+  auto r = post("/api/generate", {{"model", "TinyStories-656K-Q8_0"}, {"prompt", "Once upon a time"}, {"raw", true},
+                                  {"stream", false}, {"options", longer}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json first = json::parse(r->body);
+  const std::vector<int32_t> prompt = raw_tokens("Once upon a time");
+  const auto context = first["context"].get<std::vector<int32_t>>();
+  ASSERT_EQ(context.size(), prompt.size() + 24);
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), context.begin()));
+  auto d = post("/detokenize", {{"tokens", std::vector<int32_t>(context.begin() + static_cast<long>(prompt.size()), context.end())}});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(json::parse(d->body)["content"], first["response"]);
+
+  // Streamed, the last line carries it too.
+  auto s = post("/api/generate", {{"model", "TinyStories-656K-Q8_0"}, {"prompt", " Then"}, {"raw", true},
+                                  {"context", context}, {"options", greedy}});
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200) << s->body;
+  const json last = ndjson_lines(s->body).back();
+  std::vector<int32_t> continued = context;
+  std::vector<int32_t> then = raw_tokens(" Then");
+  then.erase(then.begin());  // its BOS: the context already starts with one
+  continued.insert(continued.end(), then.begin(), then.end());
+  std::string text;
+  for (const auto& line : ndjson_lines(s->body)) text += line["response"].get<std::string>();
+  EXPECT_EQ(text, generator_text(continued, 10));
+  const auto second_context = last["context"].get<std::vector<int32_t>>();
+  ASSERT_EQ(second_context.size(), continued.size() + 10);
+  EXPECT_TRUE(std::equal(continued.begin(), continued.end(), second_context.begin()));
+  EXPECT_LT(last["prompt_eval_count"].get<size_t>(), continued.size());  // the context's full blocks were cached
+
+  auto bad = post("/api/generate", {{"model", "TinyStories-656K-Q8_0"}, {"prompt", "x"}, {"context", {1, -2}}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("context"), std::string::npos);
+}
+
 TEST_F(ServerTest, OllamaChatWithoutStreaming) {
   start(with(2));
   auto r = post("/api/chat", {{"model", "TinyStories-656K-Q8_0"},
@@ -969,20 +1014,13 @@ TEST_F(ServerTest, UnimplementedFieldsAreRefusedByName) {
     const char* field;
   };
   const Case refused[] = {
-      {"/v1/chat/completions", {{"tools", json::array({tool})}}, "'tools'"},
-      {"/v1/chat/completions", {{"tool_choice", "required"}}, "'tool_choice'"},
-      {"/v1/chat/completions", {{"grammar", "root ::= \"a\""}}, "'grammar'"},
-      {"/v1/chat/completions", {{"json_schema", {{"type", "object"}}}}, "'json_schema'"},
+      {"/v1/chat/completions", {{"functions", json::array({tool["function"]})}}, "'functions'"},
       {"/v1/chat/completions", {{"modalities", {"text", "audio"}}}, "'modalities'"},
       {"/v1/chat/completions", {{"store", true}}, "'store'"},
-      {"/v1/completions", {{"suffix", "end"}}, "'suffix'"},
-      {"/v1/completions", {{"echo", true}}, "'echo'"},
+      {"/v1/completions", {{"tools", json::array({tool})}}, "'tools'"},
+      {"/v1/completions", {{"echo", true}, {"logprobs", 1}}, "'echo'"},
       {"/v1/completions", {{"best_of", 3}}, "'best_of'"},
-      {"/api/chat", {{"tools", json::array({tool})}}, "'tools'"},
-      {"/api/chat", {{"think", true}}, "'think'"},
-      {"/api/generate", {{"context", {1, 2, 3}}}, "'context'"},
       {"/api/generate", {{"template", "{{ .Prompt }}"}}, "'template'"},
-      {"/api/generate", {{"suffix", "end"}}, "'suffix'"},
       {"/api/chat", {{"logprobs", true}}, "'logprobs'"},
       {"/api/generate", {{"options", {{"mirostat", 2}}}}, "'options.mirostat'"},
       {"/api/chat", {{"options", {{"num_gpu", 99}}}}, "'options.num_gpu'"},

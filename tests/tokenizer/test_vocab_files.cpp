@@ -171,3 +171,33 @@ TEST(TokenizerVocabFiles, MetadataOfTheGpt2Vocabulary) {
 
 }  // namespace
 }  // namespace m40::tokenizer
+
+namespace m40::tokenizer {
+namespace {
+
+// The fill-in-the-middle markers, found by their names where the file has
+// no fim_*_token_id keys (ids as `tokenize --special` reads the names).
+TEST(TokenizerVocabFiles, FillInTheMiddleTokensAreFoundByName) {
+  struct Case {
+    const char* vocab;
+    TokenId pre, suf, mid;
+  };
+  for (const Case& c : {Case{"starcoder", 1, 3, 2}, Case{"deepseek-coder", 32016, 32015, 32017}}) {
+    const auto path = vocab_path(c.vocab);
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << path;
+    const Vocab v = Vocab::from_file(path.string());
+    EXPECT_TRUE(v.special().has_fim()) << c.vocab;
+    EXPECT_EQ(v.special().fim_pre, c.pre) << c.vocab;
+    EXPECT_EQ(v.special().fim_suf, c.suf) << c.vocab;
+    EXPECT_EQ(v.special().fim_mid, c.mid) << c.vocab;
+    EXPECT_TRUE(v.is_control(c.pre)) << c.vocab;
+  }
+  for (const char* none : {"llama-spm", "gpt-2"}) {
+    const auto path = vocab_path(none);
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << path;
+    EXPECT_FALSE(Vocab::from_file(path.string()).special().has_fim()) << none;
+  }
+}
+
+}  // namespace
+}  // namespace m40::tokenizer

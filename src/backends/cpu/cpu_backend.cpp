@@ -1,5 +1,6 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -61,7 +62,7 @@ void CpuBackend::copy_block(int32_t src, int32_t dst) {
 }
 
 void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
-  tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab));
+  tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
   const auto& hp = hparams_;
   const int64_t n = static_cast<int64_t>(batch.size());
   const int64_t n_embd = hp.n_embd, q_dim = hp.q_dim(), kv_dim = hp.kv_dim(), n_ff = hp.n_ff;
@@ -153,6 +154,10 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
     ++n_out;
   }
   if (n_out == 0) return;
+  if (batch.output_embeddings) {  // the hidden states themselves: no output head
+    std::copy(xn.begin(), xn.begin() + n_out * n_embd, logits.begin());
+    return;
+  }
   matmul(weights_.output, xn.data(), n_out, logits.data(), pool_);
   const int64_t n_logits = n_out * static_cast<int64_t>(hp.n_vocab);
   if (hp.logit_scale != 1.0f) scale(logits.data(), n_logits, hp.logit_scale);

@@ -31,6 +31,7 @@ class CpuBackend : public backend::Backend {
   int n_ctx() const override { return options_.n_ctx; }
   int n_seq_max() const override { return options_.n_seq; }
   int n_vocab() const override { return static_cast<int>(hparams_.n_vocab); }
+  int n_embd() const override { return static_cast<int>(hparams_.n_embd); }
   unsigned threads() const { return pool_.size(); }
   const KvCache& kv_cache() const { return kv_; }
   int n_kv_blocks() const override { return kv_.n_blocks(); }

@@ -404,7 +404,8 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   // captured once per batch size; its kernels read positions from the device,
   // and the attention is sized for the whole context so the graph stays valid.
   // (Stage timing runs the steps eagerly: events inside graphs do not time.)
-  const bool decode_step = options_.use_graphs && !stage_timer_.enabled() && all_want_logits && n <= max_logit_rows_ && n <= kMaxMatvecTokens;
+  const bool decode_step = options_.use_graphs && !stage_timer_.enabled() && all_want_logits && !batch.output_embeddings &&
+                           n <= max_logit_rows_ && n <= kMaxMatvecTokens;
   if (decode_step) {
     auto it = decode_graphs_.find(n);
     if (it == decode_graphs_.end()) {
@@ -446,6 +447,11 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   }
   stage_timer_.begin(stream_);
   enqueue_layers(n, max_positions, n_single, max_single_positions);
+  if (batch.output_embeddings) {
+    copy_hidden_states(batch, begin, n, logits_out, logits_written);
+    stage_timer_.collect();
+    return;
+  }
   // The output head runs on the rows that want logits, gathered in groups
   // of at most max_logit_rows_.
   std::vector<int> wanted;
@@ -468,6 +474,28 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   }
   M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
   stage_timer_.collect();
+}
+
+void CudaBackend::copy_hidden_states(const backend::Batch& batch, size_t begin, int n, float* out, size_t& rows_written) {
+  const auto& hp = hparams_;
+  const size_t n_embd = hp.n_embd;
+  // Normalizing every row costs little beside the layers and leaves the
+  // wanted ones in place, runs of them copied at once.
+  rms_norm(x_, output_norm_, xn_, n, static_cast<int>(n_embd), hp.rms_eps, stream_);
+  stage_timer_.mark(stream_, "output_norm");
+  for (int i = 0; i < n;) {
+    if (batch.want_logits[begin + i] == 0) {
+      ++i;
+      continue;
+    }
+    int run = 1;
+    while (i + run < n && batch.want_logits[begin + i + run] != 0) ++run;
+    M40_CUDA_CHECK(cudaMemcpyAsync(out + rows_written * n_embd, xn_ + static_cast<size_t>(i) * n_embd,
+                                   static_cast<size_t>(run) * n_embd * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    rows_written += static_cast<size_t>(run);
+    i += run;
+  }
+  M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaBackend::set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) {
@@ -504,7 +532,7 @@ void CudaBackend::upload_tables() {
 }
 
 void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) {
-  tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab));
+  tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
   select_device(options_.device);
   upload_tables();  // before the step's kernels or graph, on the same stream
   size_t written = 0;

@@ -46,6 +46,7 @@ class CudaBackend : public backend::Backend {
   int n_ctx() const override { return options_.n_ctx; }
   int n_seq_max() const override { return options_.n_seq; }
   int n_vocab() const override { return static_cast<int>(hparams_.n_vocab); }
+  int n_embd() const override { return static_cast<int>(hparams_.n_embd); }
   const MemoryPlan& memory_plan() const { return plan_; }
   uint64_t memory_bytes() const override { return plan_.total(); }
 
@@ -98,6 +99,10 @@ class CudaBackend : public backend::Backend {
   // n_out consecutive hidden-state rows.
   void enqueue_output(const float* rows, int n_out);
   void run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* logits_out, size_t& logits_written);
+  // Batch::output_embeddings: the final norm of the chunk's n hidden states
+  // (in x_), the wanted rows copied to `out` (n_embd floats each); no
+  // output head.
+  void copy_hidden_states(const backend::Batch& batch, size_t begin, int n, float* out, size_t& rows_written);
   // Enqueues the upload of the block tables when set_blocks changed them.
   void upload_tables();
 

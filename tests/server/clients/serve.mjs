@@ -29,8 +29,10 @@ export function runAnswer(prompt, { maxTokens, raw = false, stop = [] }) {
 export function startServer(extraArgs = []) {
   const home = mkdtempSync(path.join(tmpdir(), 'm40-clients-'));
   // --allow-paths: the Ollama client test pulls the shared model by its path.
+  // --ctx 256 unless the caller gives its own.
+  const ctx = extraArgs.includes('--ctx') ? [] : ['--ctx', '256'];
   const child = spawn(binary, ['serve', modelPath, '--port', '0', '--cpu', '--threads', '2', '--parallel', '2',
-                               '--ctx', '256', '--allow-paths', ...extraArgs],
+                               ...ctx, '--allow-paths', ...extraArgs],
                       { env: { ...process.env, M40_LLM_HOME: home }, stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   return new Promise((resolve, reject) => {
