@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -212,6 +213,21 @@ void register_all() {
   }
 }
 
+// Writes the grammars and documents to DIR (NAME.gbnf, NAME.txt), for
+// bench/peer/llama_grammar_bench.cpp to walk the same ones in llama.cpp.
+void dump_inputs(const std::string& dir) {
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(fs::path(dir) / name, std::ios::binary) << text;
+  };
+  write("json_object.gbnf", m40::grammar::json_object_gbnf());
+  write("json_object.txt", kObjectDocument);
+  write("json_schema.gbnf", m40::grammar::json_schema_to_gbnf(json::parse(kOrderSchema)));
+  write("json_schema.txt", kObjectDocument);
+  write("gbnf_arithmetic.gbnf", kArithmeticGrammar);
+  write("gbnf_arithmetic.txt", kArithmeticDocument);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,6 +235,9 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--vocab-dir") == 0 && i + 1 < argc) {
       g_vocab_dir = argv[++i];
+    } else if (std::strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
+      dump_inputs(argv[++i]);
+      return 0;
     } else {
       args.push_back(argv[i]);
     }

@@ -53,8 +53,9 @@ struct Scheduler::Pending {
   std::unique_ptr<TokenLoop> loop;  // sampling, the end checks and the text shown
   std::shared_ptr<RequestStream> stream;
   int choice = 0;
-  // Choices after the first wait until the first has read the prompt (its
-  // blocks are then in the pool to fork); engine thread only.
+  // Choices after the first of their prompt wait until it has read the
+  // prompt (its blocks are then in the pool to fork); engine thread only.
+  bool forks = false;
   std::shared_ptr<bool> prompt_read;
   // An event of this choice.
   void push(StreamEvent e) const {
@@ -125,6 +126,12 @@ Scheduler::Scheduler(backend::Backend& backend, const tokenizer::Vocab& vocab, S
 Scheduler::~Scheduler() { stop(); }
 
 std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params, int n) {
+  std::vector<RequestParams> one;
+  one.push_back(std::move(params));
+  return submit(std::move(one), n);
+}
+
+void Scheduler::check_request(RequestParams& params, int n) const {
   using R = RequestRejected::Reason;
   const int n_prompt = static_cast<int>(params.prompt.size());
   if (n_prompt == 0) throw RequestRejected(R::Invalid, "the prompt is empty");
@@ -154,25 +161,36 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params, int n) {
                                           " positions but the whole pool has " + std::to_string(pool_.n_blocks()) +
                                           ": shorten the prompt or give the server a larger KV pool");
   }
-  auto stream = std::make_shared<RequestStream>(n);
-  auto prompt_read = std::make_shared<bool>(false);
+}
+
+std::shared_ptr<RequestStream> Scheduler::submit(std::vector<RequestParams> prompts, int n) {
+  using R = RequestRejected::Reason;
+  if (prompts.empty()) throw RequestRejected(R::Invalid, "the request has no prompt");
+  for (auto& params : prompts) check_request(params, n);
+  const int total = static_cast<int>(prompts.size()) * n;
+  auto stream = std::make_shared<RequestStream>(total);
   std::vector<std::unique_ptr<Pending>> choices;
   try {
-    for (int32_t t : params.prompt) vocab_.check_id(t);
-    for (int i = 0; i < n; ++i) {
-      auto pending = std::make_unique<Pending>();
-      pending->params = params;
-      // Choices of a fixed seed differ, and repeat as a whole.
-      if (i > 0 && params.sampler.seed != kRandomSeed) pending->params.sampler.seed = params.sampler.seed + static_cast<uint64_t>(i);
-      // The prompt is in the penalty window, as in llama.cpp's server and Generator.
-      pending->loop = std::make_unique<TokenLoop>(vocab_, pending->params.sampler, n_vocab_,
-                                                  AnswerLimits{params.max_tokens, params.stop, params.ignore_eos}, params.prompt,
-                                                  params.logprobs, params.grammar);
-      pending->stream = stream;
-      pending->choice = i;
-      pending->prompt_read = prompt_read;
-      pending->queued_at = Clock::now();
-      choices.push_back(std::move(pending));
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      const RequestParams& params = prompts[p];
+      for (int32_t t : params.prompt) vocab_.check_id(t);
+      auto prompt_read = std::make_shared<bool>(false);
+      for (int i = 0; i < n; ++i) {
+        auto pending = std::make_unique<Pending>();
+        pending->params = params;
+        // Choices of a fixed seed differ, and repeat as a whole.
+        if (i > 0 && params.sampler.seed != kRandomSeed) pending->params.sampler.seed = params.sampler.seed + static_cast<uint64_t>(i);
+        // The prompt is in the penalty window, as in llama.cpp's server and Generator.
+        pending->loop = std::make_unique<TokenLoop>(vocab_, pending->params.sampler, n_vocab_,
+                                                    AnswerLimits{params.max_tokens, params.stop, params.ignore_eos}, params.prompt,
+                                                    params.logprobs, params.grammar);
+        pending->stream = stream;
+        pending->choice = static_cast<int>(p) * n + i;
+        pending->prompt_read = prompt_read;
+        pending->forks = i > 0;
+        pending->queued_at = Clock::now();
+        choices.push_back(std::move(pending));
+      }
     }
   } catch (const Error& e) {
     throw RequestRejected(R::Invalid, e.what());
@@ -184,7 +202,7 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestParams params, int n) {
     drop_cancelled_requests();
     // A request waits only when every slot is taken; the queue bound counts
     // the ones waiting beyond those being served.
-    if (static_cast<int>(queue_.size()) + n > options_.max_queue + (n_slots_ - stats_.slots_busy)) {
+    if (static_cast<int>(queue_.size()) + total > options_.max_queue + (n_slots_ - stats_.slots_busy)) {
       ++stats_.requests_rejected;
       throw RequestRejected(R::QueueFull, "the server is busy: " + std::to_string(queue_.size()) +
                                               " requests are waiting; try again later");
@@ -357,7 +375,7 @@ void Scheduler::admit(std::vector<std::unique_ptr<Slot>>& slots) {
   for (int i = 0; i < n_slots_ && !queue_.empty(); ++i) {
     if (slots[i]) continue;
     // A later choice waits for the first to read the prompt, then forks it.
-    if (queue_.front()->choice > 0 && !*queue_.front()->prompt_read) return;
+    if (queue_.front()->forks && !*queue_.front()->prompt_read) return;
     auto slot = std::make_unique<Slot>(std::move(queue_.front()), i, admitted_);
     if (!take_blocks(*slot)) {
       queue_.front() = std::move(slot->request);  // still first in line

@@ -193,6 +193,10 @@ class Scheduler {
   // sampler parameters; QueueFull when max_queue requests already wait;
   // ShuttingDown after stop().
   std::shared_ptr<RequestStream> submit(RequestParams params, int n = 1);
+  // Several prompts answered together (OpenAI completions with a list of
+  // prompts): `n` choices to each, on one stream, prompt p's choice i as
+  // choice p * n + i; all are queued or none.
+  std::shared_ptr<RequestStream> submit(std::vector<RequestParams> prompts, int n);
 
   // Ends every request (Failed: "the server is shutting down") and joins the
   // engine thread. Idempotent.
@@ -207,6 +211,7 @@ class Scheduler {
  private:
   struct Pending;
   struct Slot;
+  void check_request(RequestParams& params, int n) const;  // RequestRejected::Invalid
   void loop();
   void admit(std::vector<std::unique_ptr<Slot>>& slots);  // mutex_ held
   bool take_blocks(Slot& slot);

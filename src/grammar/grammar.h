@@ -36,7 +36,7 @@ class Grammar {
   // The GBNF text and the root rule the grammar was built from.
   const std::string& source() const { return source_; }
   const std::string& root() const { return root_; }
-  // Rule names as written in the source, in order of definition.
+  // Rule names of the source, in order of first appearance.
   const std::vector<std::string>& rule_names() const;
   // Size of the compiled automaton (states with byte transitions or calls).
   size_t state_count() const;

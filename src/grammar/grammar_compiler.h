@@ -1,7 +1,8 @@
 // Rule expressions (GbnfAst) -> Automaton: checks (root present, no left
 // recursion, something can match), small and single-use rules inlined into
-// their callers, repetitions expanded, epsilon moves removed, states that can
-// never finish pruned and equivalent states merged.
+// their callers, repetitions copied out (long bounded ones made counted
+// loops), epsilon moves removed, states that can never finish pruned and
+// equivalent states merged.
 #pragma once
 
 #include <memory>

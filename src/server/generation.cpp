@@ -50,10 +50,16 @@ void check_sampling(const engine::SamplerParams& p) {
 }  // namespace
 
 std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params, int n) {
+  std::vector<engine::RequestParams> one;
+  one.push_back(std::move(params));
+  return submit(m, std::move(one), n);
+}
+
+std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, std::vector<engine::RequestParams> prompts, int n) {
   using R = engine::RequestRejected::Reason;
-  check_sampling(params.sampler);
+  for (const auto& p : prompts) check_sampling(p.sampler);
   try {
-    return m.scheduler->submit(std::move(params), n);
+    return m.scheduler->submit(std::move(prompts), n);
   } catch (const engine::RequestRejected& e) {
     switch (e.reason()) {
       case R::Invalid: throw HttpError{400, e.what()};

@@ -24,6 +24,9 @@ void truncate_prompt(const ResidentModel& m, engine::RequestParams& params);
 int request_context(const ResidentModel& m, const engine::RequestParams& params);
 // `n` answers (choices) to the prompt: Scheduler::submit.
 std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestParams params, int n = 1);
+// Several prompts with `n` answers each on one stream (prompt p's choice i
+// is choice p * n + i).
+std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, std::vector<engine::RequestParams> prompts, int n);
 
 struct Completion {
   std::string text;

@@ -89,16 +89,23 @@ int choice_count(const json& body) {
   return static_cast<int>(n);
 }
 
-// The usage of all choices: the prompt once (cached as the first choice
-// read it; the others fork its blocks), the completions together.
-json usage_json(const std::vector<engine::RequestTimings>& choices) {
-  const engine::RequestTimings& first = choices.front();
+// The usage of all choices (`n` to each prompt): each prompt once, as its
+// first choice read it (the others fork its blocks), the completions together.
+json usage_json(const std::vector<engine::RequestTimings>& choices, int n) {
+  int prompt = 0;
+  int cached = 0;
   int completion = 0;
-  for (const auto& t : choices) completion += t.generated_tokens;
-  return {{"prompt_tokens", first.prompt_tokens},
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i % static_cast<size_t>(n) == 0) {
+      prompt += choices[i].prompt_tokens;
+      cached += choices[i].cached_tokens;
+    }
+    completion += choices[i].generated_tokens;
+  }
+  return {{"prompt_tokens", prompt},
           {"completion_tokens", completion},
-          {"total_tokens", first.prompt_tokens + completion},
-          {"prompt_tokens_details", {{"cached_tokens", first.cached_tokens}}}};
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 std::string finish_name(engine::FinishReason r) { return std::string(engine::finish_reason_name(r)); }
@@ -251,26 +258,55 @@ json openai_messages(const json& body) {
   return messages;
 }
 
-std::vector<int32_t> completion_prompt(ResidentModel& m, const json& body, bool truncate) {
+// Token ids of a prompt given as ids, checked before narrowing (2^32 + 1
+// would read as token 1), in the words of Vocab::check_id.
+std::vector<int32_t> token_prompt(const ResidentModel& m, const json& ids) {
+  std::vector<int32_t> tokens;
+  const size_t n_vocab = m.vocab->size();
+  for (const auto& t : ids) {
+    if (!t.is_number_unsigned() || t.get<uint64_t>() >= n_vocab) {
+      throw HttpError{400, "token id " + t.dump() + " is out of range: the vocabulary has " + std::to_string(n_vocab) +
+                               " tokens (ids 0.." + std::to_string(n_vocab - 1) + ")"};
+    }
+    tokens.push_back(static_cast<int32_t>(t.get<uint64_t>()));
+  }
+  return tokens;
+}
+
+bool all_token_ids(const json& list) {
+  return !list.empty() && std::all_of(list.begin(), list.end(), [](const json& t) { return t.is_number_integer(); });
+}
+
+// A completions request's prompts: a string, a list of strings, a list of
+// token ids, or a list of such lists; each with its text as `echo` shows it.
+struct CompletionPrompt {
+  std::vector<int32_t> tokens;
+  std::string text;
+};
+constexpr size_t kMaxPrompts = 16;
+std::vector<CompletionPrompt> completion_prompts(ResidentModel& m, const json& body, bool truncate) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) throw HttpError{400, "'prompt' is required"};
-  if (it->is_string()) return raw_prompt(m, it->get_ref<const std::string&>(), truncate, m.scheduler->n_ctx());
-  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return raw_prompt(m, (*it)[0].get_ref<const std::string&>(), truncate, m.scheduler->n_ctx());
-  if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& t) { return t.is_number_integer(); })) {
-    std::vector<int32_t> tokens;
-    const size_t n_vocab = m.vocab->size();
-    for (const auto& t : *it) {
-      // Checked before narrowing (2^32 + 1 would read as token 1), in the
-      // words of Vocab::check_id, which the scheduler applies to the rest.
-      if (!t.is_number_unsigned() || t.get<uint64_t>() >= n_vocab) {
-        throw HttpError{400, "token id " + t.dump() + " is out of range: the vocabulary has " + std::to_string(n_vocab) +
-                                 " tokens (ids 0.." + std::to_string(n_vocab - 1) + ")"};
-      }
-      tokens.push_back(static_cast<int32_t>(t.get<uint64_t>()));
-    }
-    return tokens;
+  const int n_ctx = m.scheduler->n_ctx();
+  auto from_text = [&](const std::string& text) { return CompletionPrompt{raw_prompt(m, text, truncate, n_ctx), text}; };
+  auto from_ids = [&](const json& ids) {
+    CompletionPrompt p{token_prompt(m, ids), {}};
+    p.text = m.vocab->decode(p.tokens, {.remove_special = true});
+    return p;
+  };
+  if (it->is_string()) return {from_text(it->get<std::string>())};
+  if (!it->is_array() || it->empty()) {
+    throw HttpError{400, "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists"};
   }
-  throw HttpError{400, "'prompt' must be a string, a list of one string, or a list of token ids"};
+  if (all_token_ids(*it)) return {from_ids(*it)};
+  if (it->size() > kMaxPrompts) throw HttpError{400, "'prompt' may hold at most " + std::to_string(kMaxPrompts) + " prompts"};
+  std::vector<CompletionPrompt> out;
+  for (const auto& p : *it) {
+    if (p.is_string()) out.push_back(from_text(p.get<std::string>()));
+    else if (p.is_array() && all_token_ids(p)) out.push_back(from_ids(p));
+    else throw HttpError{400, "each prompt of a list must be a string or a list of token ids"};
+  }
+  return out;
 }
 
 void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& res, bool chat) {
@@ -298,26 +334,34 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
     params.prompt = infill_prompt(m, it->get_ref<const std::string&>(), *suffix, "", m.scheduler->n_ctx());
     plan = completion_plan(m, features);
   } else {
-    params.prompt = completion_prompt(m, body, truncate);
     plan = completion_plan(m, features);
   }
-  // echo: the text shown starts with the prompt's (as it reads back from its tokens).
-  std::string echoed;
-  if (!chat && get_bool(body, "echo").value_or(false)) {
-    if (logprobs) throw HttpError{400, "'echo' with 'logprobs' is not supported: the prompt's own log-probabilities are not computed"};
-    auto it = body.find("prompt");
-    echoed = it->is_string() ? it->get<std::string>()
-             : it->is_array() && it->size() == 1 && (*it)[0].is_string() ? (*it)[0].get<std::string>()
-                                                                        : m.vocab->decode(params.prompt, {.remove_special = true});
-  }
   params.grammar = plan.grammar;
-  if (truncate) truncate_prompt(m, params);
+  // One set of parameters per prompt (completions may list several).
+  std::vector<engine::RequestParams> prompts;
+  std::vector<std::string> echoed;  // per prompt: the text `echo` starts its choices with
+  const bool echo = !chat && get_bool(body, "echo").value_or(false);
+  if (echo && logprobs) throw HttpError{400, "'echo' with 'logprobs' is not supported: the prompt's own log-probabilities are not computed"};
+  if (chat || !params.prompt.empty()) {
+    prompts.push_back(params);
+    if (echo) echoed.push_back(body["prompt"].get<std::string>());
+  } else {
+    for (auto& p : completion_prompts(m, body, truncate)) {
+      prompts.push_back(params);
+      prompts.back().prompt = std::move(p.tokens);
+      if (echo) echoed.push_back(std::move(p.text));
+    }
+  }
+  if (truncate) {
+    for (auto& p : prompts) truncate_prompt(m, p);
+  }
+  auto echo_of = [echoed, n](size_t choice) { return echoed.empty() ? std::string() : echoed[choice / static_cast<size_t>(n)]; };
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_now();
   const std::string model = m.name;
   const char* object = chat ? "chat.completion" : "text_completion";
 
-  auto request = submit(m, std::move(params), n);
+  auto request = submit(m, std::move(prompts), n);
   if (!stream) {
     const std::vector<Completion> answers = collect(s, req, *request);
     json choices = json::array();
@@ -331,7 +375,7 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
         called_tools = !answer.tool_calls.empty();
         choice["message"] = assistant_message(answer);
       } else {
-        choice["text"] = echoed + c.text;
+        choice["text"] = echo_of(i) + c.text;
       }
       size_t offset = 0;
       choice["logprobs"] = !logprobs ? json(nullptr)
@@ -342,7 +386,7 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
       timings.push_back(c.timings);
     }
     send_json(res, {{"id", id}, {"object", object}, {"created", created}, {"model", model},
-                    {"choices", std::move(choices)}, {"usage", usage_json(timings)}});
+                    {"choices", std::move(choices)}, {"usage", usage_json(timings, n)}});
     return;
   }
 
@@ -354,9 +398,9 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
     return j;
   };
   StreamFormat f;
-  if (!chat && !echoed.empty()) {
+  if (echo) {
     f.on_start = [=](int index) {
-      return sse(chunk({{"index", index}, {"text", echoed}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+      return sse(chunk({{"index", index}, {"text", echo_of(static_cast<size_t>(index))}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
     };
   }
   if (chat) {
@@ -366,7 +410,7 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
     };
   }
   // Each choice's byte offset in its text so far (completions' text_offset).
-  auto offsets = std::make_shared<std::vector<size_t>>(static_cast<size_t>(n), 0);
+  auto offsets = std::make_shared<std::vector<size_t>>(static_cast<size_t>(request->choices()), 0);
   const tokenizer::Vocab* vocab = m.vocab.get();
   auto logprobs_of = [=](const engine::StreamEvent& e) {
     if (!logprobs) return json(nullptr);
@@ -419,7 +463,7 @@ void handle_completion(ServerContext& s, const HttpRequest& req, HttpResponse& r
       std::vector<engine::RequestTimings> timings(ends.size());
       for (const auto& e : ends) timings[static_cast<size_t>(e.choice)] = e.timings;
       out += sse({{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model},
-                  {"choices", json::array()}, {"usage", usage_json(timings)}});
+                  {"choices", json::array()}, {"usage", usage_json(timings, n)}});
     }
     return out + "data: [DONE]\n\n";
   };

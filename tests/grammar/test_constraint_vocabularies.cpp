@@ -22,7 +22,8 @@ const char* const kPersonSchema = R"({
     "age": {"type": "integer", "minimum": 0, "maximum": 120},
     "role": {"enum": ["admin", "user", "guest"]},
     "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 3},
-    "active": {"type": "boolean"}
+    "active": {"type": "boolean"},
+    "bio": {"type": "string", "maxLength": 40}
   },
   "required": ["name", "age", "role", "tags"],
   "additionalProperties": false
@@ -72,7 +73,8 @@ size_t codepoints(const std::string& s) {
 void validate_person(const json& v) {
   ASSERT_TRUE(v.is_object());
   for (auto it = v.begin(); it != v.end(); ++it) {
-    EXPECT_TRUE(it.key() == "name" || it.key() == "age" || it.key() == "role" || it.key() == "tags" || it.key() == "active")
+    EXPECT_TRUE(it.key() == "name" || it.key() == "age" || it.key() == "role" || it.key() == "tags" || it.key() == "active" ||
+                it.key() == "bio")
         << it.key();
   }
   ASSERT_TRUE(v.contains("name") && v.contains("age") && v.contains("role") && v.contains("tags"));
@@ -88,6 +90,10 @@ void validate_person(const json& v) {
   for (const json& t : v["tags"]) EXPECT_TRUE(t == "a" || t == "b" || t == "c") << t;
   if (v.contains("active")) {
     EXPECT_TRUE(v["active"].is_boolean());
+  }
+  if (v.contains("bio")) {
+    ASSERT_TRUE(v["bio"].is_string());
+    EXPECT_LE(codepoints(v["bio"].get<std::string>()), 40u);
   }
 }
 
@@ -248,6 +254,43 @@ TEST_P(ConstraintOnVocabulary, MaskEqualsPlainReferenceMatcher) {
     }
     c.accept(ids[i]);
     ref.advance(vocab().piece(ids[i]));
+  }
+}
+
+TEST_P(ConstraintOnVocabulary, LengthLimitsHoldToTheCharacter) {
+  // maxLength 40 runs as a counted loop; the reference runs 40 copies.
+  auto g = parse_gbnf(json_schema_to_gbnf(json::parse(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 40}},
+                                                         "required": ["s"]})")));
+  ASSERT_FALSE(g->automaton().loops.empty());
+  const std::string forty = R"(Zoë wrote \"forty\" chars, exactly! 🦙.....)";  // JSON string content: 40 characters decoded
+  ASSERT_EQ(codepoints(json::parse("\"" + forty + "\"").get<std::string>()), 40u);
+  for (const std::string& s : {forty, forty.substr(0, 20), std::string("x") + forty}) {
+    const std::string doc = "{\"s\": \"" + s + "\"}";
+    const std::vector<int32_t> ids = test::continuation_tokens(*loaded_, doc);
+    ASSERT_FALSE(ids.empty());
+    TokenConstraint c(g, loaded_->vocab);
+    test::ReferenceMatcher ref(*g);
+    bool refused = false;
+    for (size_t i = 0; i < ids.size() && !refused; ++i) {
+      if (i >= 3 && (i % 3 == 0 || i + 4 >= ids.size())) {  // in the string, densely near its end: against the reference
+        const auto bits = c.allowed_bits();
+        for (size_t t = 0; t < vocab().size(); ++t) {
+          const auto id = static_cast<int32_t>(t);
+          const bool want = vocab().is_end_of_generation(id) ? ref.can_end()
+                                                              : !vocab().piece(id).empty() && ref.accepts(vocab().piece(id));
+          ASSERT_EQ(((bits[t / 64] >> (t % 64)) & 1) != 0, want) << "token '" << vocab().piece(id) << "' at " << i << " of " << doc;
+        }
+      }
+      refused = !c.allows(ids[i]);
+      if (!refused) {
+        c.accept(ids[i]);
+        ref.advance(vocab().piece(ids[i]));
+      }
+    }
+    EXPECT_EQ(refused, s.size() > forty.size()) << doc;
+    if (!refused) {
+      EXPECT_TRUE(c.finished()) << doc;
+    }
   }
 }
 

@@ -271,6 +271,42 @@ TEST_F(ServerTest, OllamaGenerateContextCarriesTheExchangeOn) {
   EXPECT_NE(bad->body.find("context"), std::string::npos);
 }
 
+// A list of prompts: n choices to each, prompt p's choice i at index
+// p * n + i, each the answer the generator gives that prompt.
+TEST_F(ServerTest, CompletionsAnswerAListOfPrompts) {
+  start(with(2));
+  const std::vector<std::string> texts = {"Once upon a time", "The dog"};
+  const auto second_ids = raw_tokens(texts[1]);
+  const json prompts = json::array({texts[0], second_ids});  // a string and a list of token ids
+  auto r = post("/v1/completions", {{"prompt", prompts}, {"n", 2}, {"max_tokens", 6}, {"temperature", 0}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], generator_text(raw_tokens(texts[i / 2]), 6)) << i;
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], raw_tokens(texts[0]).size() + second_ids.size());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 24);
+
+  // Streamed: each index's pieces add up to its answer; echo starts each with its prompt.
+  auto st = post("/v1/completions", {{"prompt", texts}, {"max_tokens", 6}, {"temperature", 0}, {"stream", true}, {"echo", true}});
+  ASSERT_TRUE(st);
+  ASSERT_EQ(st->status, 200) << st->body;
+  std::vector<std::string> streamed(2);
+  for (const auto& data : sse_data(st->body)) {
+    if (data == "[DONE]") continue;
+    const json chunk = json::parse(data);
+    for (const auto& c : chunk["choices"]) streamed.at(c["index"].get<size_t>()) += c["text"].get<std::string>();
+  }
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(streamed[i], texts[i] + generator_text(raw_tokens(texts[i]), 6)) << i;
+
+  auto bad = post("/v1/completions", {{"prompt", json::array({"a", 3})}, {"max_tokens", 1}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+}
+
 TEST_F(ServerTest, OllamaChatWithoutStreaming) {
   start(with(2));
   auto r = post("/api/chat", {{"model", "TinyStories-656K-Q8_0"},
