@@ -9,6 +9,7 @@
 #include "server/fill_in_middle.h"
 #include "server/generation.h"
 #include "server/request_fields.h"
+#include "server/sampling_fields.h"
 #include "server/routes.h"
 #include "server/unsupported_fields.h"
 
@@ -18,55 +19,12 @@ namespace {
 
 // OpenAI's defaults where they differ from llama.cpp's: temperature 1,
 // top_p 1, no repetition penalty (OpenAI has frequency/presence instead).
-// top_k, min_p and repeat_penalty are accepted as extras (llama.cpp's server
-// does the same).
 engine::RequestParams openai_params(const json& body) {
   engine::RequestParams p;
-  auto& sp = p.sampler;
-  sp.temperature = 1.0f;
-  sp.top_p = 1.0f;
-  sp.repeat_penalty = 1.0f;
-  if (auto v = get_number(body, "temperature")) {
-    if (*v < 0 || *v > 2) throw HttpError{400, "'temperature' must be between 0 and 2"};
-    sp.temperature = static_cast<float>(*v);
-  }
-  if (auto v = get_number(body, "top_p")) {
-    if (*v < 0 || *v > 1) throw HttpError{400, "'top_p' must be between 0 and 1"};
-    sp.top_p = static_cast<float>(*v);
-  }
-  if (auto v = get_int(body, "top_k")) sp.top_k = clamp_to_int32(*v);  // past the vocabulary: no limit
-  if (auto v = get_number(body, "min_p")) sp.min_p = static_cast<float>(*v);
-  if (auto v = get_number(body, "repeat_penalty")) sp.repeat_penalty = static_cast<float>(*v);
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    if (auto v = get_number(body, key)) {
-      if (*v < -2 || *v > 2) throw HttpError{400, std::string("'") + key + "' must be between -2 and 2"};
-      (std::string(key) == "presence_penalty" ? sp.presence_penalty : sp.frequency_penalty) = static_cast<float>(*v);
-    }
-  }
-  if (auto v = get_int(body, "seed")) sp.seed = *v < 0 ? engine::kRandomSeed : static_cast<uint64_t>(*v);
-  for (const char* key : {"max_completion_tokens", "max_tokens", "n_predict"}) {  // n_predict: llama.cpp's name
-    if (auto v = get_int(body, key)) {
-      if (*v < -1) throw HttpError{400, std::string("'") + key + "' must be at least 0"};
-      p.max_tokens = clamp_to_int32(*v);  // the context ends the answer long before int32 does
-      break;
-    }
-  }
-  p.ignore_eos = get_bool(body, "ignore_eos").value_or(false);  // llama.cpp's extra
-  // llama.cpp's extra: false reads the whole prompt, cached blocks or not.
-  p.cache_prompt = get_bool(body, "cache_prompt").value_or(true);
-  p.stop = get_stop(body, "stop");
-  if (p.stop.size() > 16) throw HttpError{400, "'stop' may hold at most 16 strings"};
-  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) throw HttpError{400, "'logit_bias' must be an object of token id -> bias"};
-    for (const auto& [key, value] : it->items()) {
-      if (!value.is_number()) throw HttpError{400, "'logit_bias' values must be numbers"};
-      try {
-        sp.logit_bias.emplace_back(std::stoi(key), value.get<float>());
-      } catch (const std::exception&) {
-        throw HttpError{400, "'logit_bias' keys must be token ids"};
-      }
-    }
-  }
+  p.sampler.temperature = 1.0f;
+  p.sampler.top_p = 1.0f;
+  p.sampler.repeat_penalty = 1.0f;
+  read_sampling_fields(body, p);
   return p;
 }
 

@@ -9,6 +9,7 @@ void register_ops_routes(ServerContext& s);     // ops_routes.cpp: /health, /met
 void register_openai_routes(ServerContext& s);  // openai_api.cpp: /v1/...
 void register_ollama_routes(ServerContext& s);  // ollama_api.cpp: /api/...
 void register_pull_route(ServerContext& s);     // pull_route.cpp: /api/pull
-void register_embedding_routes(ServerContext& s);  // embeddings_routes.cpp: /v1/embeddings, /api/embed, /api/embeddings
+void register_embedding_routes(ServerContext& s);
+void register_llama_cpp_routes(ServerContext& s);  // llama_cpp_api.cpp: /completion, /infill  // embeddings_routes.cpp: /v1/embeddings, /api/embed, /api/embeddings
 
 }  // namespace m40::server

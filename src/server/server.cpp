@@ -30,6 +30,7 @@ Server::Server(ServerOptions options) : state_(std::make_unique<ServerContext>(c
   register_ollama_routes(s);
   register_pull_route(s);
   register_embedding_routes(s);
+  register_llama_cpp_routes(s);
   s.service = make_front_door(s);
   TransportOptions t;
   t.limits = o.limits;

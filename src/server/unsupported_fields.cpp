@@ -62,6 +62,39 @@ void refuse_unimplemented_openai_fields(const json& body, bool chat) {
               });
 }
 
+void refuse_unimplemented_llama_cpp_fields(const json& body, bool infill) {
+  // Numbers whose neutral value is what llama.cpp does without them.
+  static const auto nonzero = [](const json& v) { return v.is_number() && v.get<double>() != 0; };
+  static const auto positive = [](const json& v) { return v.is_number() && v.get<double>() > 0; };
+  static const auto not_one = [](const json& v) { return v.is_number() && v.get<double>() != 1; };
+  static const auto a_slot = [](const json& v) { return v.is_number() && v.get<double>() >= 0; };
+  apply(body, {
+                  {"n_probs", "token probabilities on this route are not built (/v1/completions has logprobs)", positive},
+                  {"post_sampling_probs", "token probabilities on this route are not built"},
+                  {"mirostat", "mirostat sampling is not built", nonzero},
+                  {"typical_p", "locally typical sampling is not built", not_one},
+                  {"dynatemp_range", "dynamic temperature is not built", nonzero},
+                  {"dry_multiplier", "DRY sampling is not built", nonzero},
+                  {"xtc_probability", "XTC sampling is not built", nonzero},
+                  {"top_n_sigma", "top-n-sigma sampling is not built", positive},
+                  {"samplers", "the sampler order is fixed (docs/sampling.md)"},
+                  {"n_keep", "the context is never shifted: a prompt over it is refused", positive},
+                  {"id_slot", "requests are not pinned to slots", a_slot},
+                  {"lora", "LoRA adapters are not built"},
+                  {"response_fields", "the answer's fields are fixed"},
+                  {"return_tokens", "token ids in the answer are not built"},
+                  {"t_max_predict_ms", "time limits are not built: use n_predict", positive},
+                  {"n_cmpl", "one answer per request on this route (/v1/completions has n)", more_than_one},
+                  {"multimodal_data", "the models are text-only"},
+                  {"image_data", "the models are text-only"},
+              });
+  if (!infill) return;
+  apply(body, {
+                  {"input_extra", "extra context files are not built: put them in input_prefix"},
+                  {"n_indent", "indentation limits are not built", positive},
+              });
+}
+
 void refuse_unimplemented_ollama_fields(const json& body) {
   apply(body, {
                   {"template", "the model's own chat template is used"},

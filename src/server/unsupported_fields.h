@@ -14,6 +14,8 @@ void refuse_unimplemented_openai_fields(const nlohmann::ordered_json& body, bool
 // /api/generate and /api/chat, `options` included: an option this server
 // does not apply is refused by name (Ollama's hardware options too: they
 // would be ignored, and a client could not tell).
+// llama.cpp's /completion and /infill (infill: also its own fields).
+void refuse_unimplemented_llama_cpp_fields(const nlohmann::ordered_json& body, bool infill);
 void refuse_unimplemented_ollama_fields(const nlohmann::ordered_json& body);
 // /v1/embeddings (`ollama` false) and /api/embed, /api/embeddings (true):
 // llama.cpp's embd_normalize other than 2 (the Euclidean norm every answer

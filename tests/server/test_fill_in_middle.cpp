@@ -108,4 +108,51 @@ TEST_F(FillInTheMiddleTest, EchoStartsTheTextWithThePrompt) {
   post_json("/v1/completions", echo_body, 400);
 }
 
+// llama.cpp's own routes: /infill (input_prefix, input_suffix, and prompt as
+// the middle's beginning) and /completion, in llama.cpp's answer shape.
+TEST_F(FillInTheMiddleTest, LlamaCppInfillAndCompletionRoutes) {
+  const json greedy = {{"temperature", 0}, {"n_predict", 6}};
+  json infill = greedy;
+  infill["input_prefix"] = "def add(a, b):\n    return ";
+  infill["input_suffix"] = "\n";
+  infill["prompt"] = "a";
+  const json a = post_json("/infill", infill);
+  json spelled = greedy;
+  spelled["prompt"] = "<fim_prefix>def add(a, b):\n    return <fim_suffix>\n<fim_middle>a";
+  const json b = post_json("/completion", spelled);
+  EXPECT_EQ(a["content"], b["content"]);
+  EXPECT_EQ(a["tokens_evaluated"], b["tokens_evaluated"]);
+  EXPECT_EQ(a["tokens_predicted"], 6);
+  EXPECT_EQ(a["stop"], true);
+  EXPECT_EQ(a["stop_type"], "limit");
+  EXPECT_TRUE(a["timings"].contains("predicted_per_second"));
+
+  // Streamed: content pieces, then a last object with stop: true.
+  spelled["stream"] = true;
+  auto r = client(60).Post("/completion", spelled.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string text;
+  bool stopped = false;
+  size_t at = 0;
+  while ((at = r->body.find("data: {", at)) != std::string::npos) {
+    const size_t end = r->body.find("\n\n", at);
+    const json chunk = json::parse(r->body.substr(at + 6, end - at - 6));
+    text += chunk["content"].get<std::string>();
+    stopped = chunk["stop"].get<bool>();
+    at = end;
+  }
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(text, b["content"]);
+
+  // What it does not implement is named.
+  json probs = greedy;
+  probs["prompt"] = "x";
+  probs["n_probs"] = 3;
+  EXPECT_NE(post_json("/completion", probs, 400).dump().find("n_probs"), std::string::npos);
+  json extra = infill;
+  extra["input_extra"] = json::array({{{"filename", "a.py"}, {"text", "x = 1"}}});
+  EXPECT_NE(post_json("/infill", extra, 400).dump().find("input_extra"), std::string::npos);
+}
+
 }  // namespace
