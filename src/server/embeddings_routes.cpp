@@ -85,41 +85,6 @@ std::vector<int32_t> embedding_tokens(const ResidentModel& m, const EmbeddingInp
   return tokens;
 }
 
-// Waits for one embedding request's vector, as collect() waits for an
-// answer: 503 when the server stops, the request cancelled (499) when the
-// client leaves, 500 when the engine failed.
-engine::StreamEvent await_embedding(ServerContext& s, const HttpRequest& req, engine::RequestStream& stream) {
-  auto next_check = Clock::now() + std::chrono::milliseconds(100);
-  std::vector<engine::StreamEvent> events;
-  for (;;) {
-    events.clear();
-    const bool got = stream.wait(std::chrono::milliseconds(100), events);
-    if (!got && s.stopping.load()) {
-      stream.cancel();
-      throw HttpError{503, "the server is shutting down", "server_error", "shutting_down"};
-    }
-    if (Clock::now() >= next_check) {
-      next_check = Clock::now() + std::chrono::milliseconds(100);
-      if (req.client_gone()) {
-        stream.cancel();
-        throw HttpError{499, "the client closed the connection", "invalid_request_error", "client_closed"};
-      }
-    }
-    for (auto& e : events) {
-      if (e.kind == engine::StreamEvent::Kind::Failed) {
-        if (s.stopping.load()) throw HttpError{503, "the server is shutting down", "server_error", "shutting_down"};
-        throw HttpError{500, e.text, "server_error"};
-      }
-      if (e.kind == engine::StreamEvent::Kind::Done) {
-        if (e.finish_reason == engine::FinishReason::Cancelled) {
-          throw HttpError{503, "the embedding request was cancelled", "server_error"};
-        }
-        return std::move(e);
-      }
-    }
-  }
-}
-
 // Embeds every input on the resident model: as many at once as it has
 // slots, the next submitted as one ends (a request of many texts never
 // fills the queue that other clients wait in). `n_ctx`: the request's
@@ -176,8 +141,11 @@ std::vector<Embedding> embed_all(ServerContext& s, const HttpRequest& req, Resid
       ++next;
     }
     auto [i, stream] = running.streams.front();
-    engine::StreamEvent done = await_embedding(s, req, *stream);
+    Completion done = collect(s, req, *stream).front();
     running.streams.pop_front();
+    if (done.finish_reason == engine::FinishReason::Cancelled) {
+      throw HttpError{503, "the embedding request was cancelled", "server_error"};
+    }
     Embedding& e = out[i];
     e.tokens = static_cast<int>(inputs[i].tokens.size());
     e.values = dimensions > 0 && dimensions < done.embedding.size() ? engine::truncate_embedding(done.embedding, dimensions)
@@ -315,18 +283,6 @@ void handle_openai_embeddings(ServerContext& s, const HttpRequest& req, HttpResp
                   {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
 }
 
-// Ollama's options.num_ctx: the context the texts are read in (0: the
-// loaded model's; a larger one reloads the model, as generation does).
-int requested_context(const json& body) {
-  auto it = body.find("options");
-  if (it == body.end() || !it->is_object()) return 0;
-  const auto v = get_int(*it, "num_ctx");
-  if (!v) return 0;
-  if (*v <= 0 || *v > (int64_t{1} << 24)) {
-    throw HttpError{400, "options.num_ctx must be between 1 and 16777216, got " + std::to_string(*v)};
-  }
-  return static_cast<int>(*v);
-}
 
 std::optional<KeepAlive> request_keep_alive(const json& body) {
   try {
@@ -377,7 +333,7 @@ void handle_ollama_embed(ServerContext& s, const HttpRequest& req, HttpResponse&
   }
   const bool truncate = legacy || get_bool(body, "truncate").value_or(true);
   const size_t dimensions = legacy ? 0 : dimensions_field(body);
-  const int num_ctx = requested_context(body);
+  const int num_ctx = ollama_num_ctx(body);
 
   auto lease = s.models.acquire(model_ref, keep_alive, num_ctx);
   ResidentModel& m = lease->model();

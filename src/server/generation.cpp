@@ -103,6 +103,7 @@ std::vector<Completion> collect(ServerContext& s, const HttpRequest& req, engine
           c.finish_reason = e.finish_reason;
           c.timings = e.timings;
           c.answer_tokens = std::move(e.answer_tokens);
+          c.embedding = std::move(e.embedding);
           if (++done == out.size()) return out;
           break;
         case engine::StreamEvent::Kind::Failed:

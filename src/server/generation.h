@@ -34,6 +34,7 @@ struct Completion {
   engine::RequestTimings timings;
   std::vector<engine::TokenLogprob> logprobs;  // with RequestParams::logprobs
   std::vector<int32_t> answer_tokens;          // the tokens generated (Ollama's context)
+  std::vector<float> embedding;                // an embedding request's vector
 };
 // Waits for every choice's whole answer (by choice); HttpError 500 when the
 // engine failed, 503 when the server stops. A client that closes its

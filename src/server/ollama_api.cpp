@@ -55,20 +55,6 @@ engine::RequestParams ollama_params(const json& body) {
   return p;
 }
 
-// options.num_ctx: the context the request runs in (0: the loaded one's).
-// Within the resident model's context it is the request's own limit (the
-// KV pool is shared, so nothing reloads); a larger one reloads the model
-// with it, as Ollama does, and the memory plan refuses one that does not fit.
-int requested_context(const json& body) {
-  auto it = body.find("options");
-  if (it == body.end() || !it->is_object()) return 0;
-  const auto v = get_int(*it, "num_ctx");
-  if (!v) return 0;
-  if (*v <= 0 || *v > (int64_t{1} << 24)) {
-    throw HttpError{400, "options.num_ctx must be between 1 and 16777216, got " + std::to_string(*v)};
-  }
-  return static_cast<int>(*v);
-}
 
 bool wants_stream(const json& body) { return get_bool(body, "stream").value_or(true); }
 
@@ -178,7 +164,7 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
   const bool raw = get_bool(body, "raw").value_or(false);
 
   engine::RequestParams params = ollama_params(body);
-  params.n_ctx = requested_context(body);
+  params.n_ctx = ollama_num_ctx(body);
   auto lease = s.models.acquire(model_ref, keep_alive, params.n_ctx);
   ResidentModel& m = lease->model();
   const int n_ctx = request_context(m, params);

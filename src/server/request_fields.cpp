@@ -85,4 +85,15 @@ std::string model_field(const json& body, const char* key) {
   return name;
 }
 
+int ollama_num_ctx(const json& body) {
+  auto it = body.find("options");
+  if (it == body.end() || !it->is_object()) return 0;
+  const auto v = get_int(*it, "num_ctx");
+  if (!v) return 0;
+  if (*v <= 0 || *v > (int64_t{1} << 24)) {
+    throw HttpError{400, "options.num_ctx must be between 1 and 16777216, got " + std::to_string(*v)};
+  }
+  return static_cast<int>(*v);
+}
+
 }  // namespace m40::server

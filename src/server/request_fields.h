@@ -33,6 +33,13 @@ inline int32_t clamp_to_int32(int64_t v) {
   return static_cast<int32_t>(std::clamp<int64_t>(v, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
 }
 
+// Ollama's options.num_ctx: the context the request runs in (0: the
+// loaded model's). Within the resident model's context it is the request's
+// own limit (the KV pool is shared, so nothing reloads); a larger one
+// reloads the model with it, as Ollama does, and the memory plan refuses
+// one that does not fit. 400 outside 1..2^24.
+int ollama_num_ctx(const json& body);
+
 // The request's model name field ("" when absent); 400 when it is no string
 // or holds a NUL (a name or path with one would be cut short in the system).
 std::string model_field(const json& body, const char* key = "model");
