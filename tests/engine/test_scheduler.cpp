@@ -14,6 +14,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "engine/backend_factory.h"
 #include "engine/scheduler.h"
+#include "stream_drain.h"
 #include "model/loaded_model.h"
 #include "test_paths.h"
 #include "wrapped_backend.h"
@@ -98,32 +99,8 @@ class GatedRecordingBackend : public test::WrappedBackend {
   std::vector<backend::Batch> batches_;
 };
 
-struct Collected {
-  std::string text;
-  engine::StreamEvent end;
-};
-
-Collected drain(engine::RequestStream& stream) {
-  Collected out;
-  std::vector<engine::StreamEvent> events;
-  for (int idle = 0; idle < 300;) {  // at most 30 s without an event
-    events.clear();
-    if (!stream.wait(std::chrono::milliseconds(100), events)) {
-      ++idle;
-      continue;
-    }
-    for (auto& e : events) {
-      if (e.kind == engine::StreamEvent::Kind::Text) {
-        out.text += e.text;
-      } else {
-        out.end = e;
-        return out;
-      }
-    }
-  }
-  ADD_FAILURE() << "the stream did not end";
-  return out;
-}
+using test::Collected;
+using test::drain;
 
 class SchedulerTest : public ::testing::Test {
  protected:

@@ -16,6 +16,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "engine/scheduler.h"
+#include "stream_drain.h"
 #include "model/loaded_model.h"
 #include "test_paths.h"
 #include "wrapped_backend.h"
@@ -50,32 +51,8 @@ class BatchLog : public test::WrappedBackend {
   std::vector<Entry> log_;
 };
 
-struct Result {
-  std::string text;
-  engine::StreamEvent end;
-};
-
-Result drain(engine::RequestStream& stream) {
-  Result out;
-  std::vector<engine::StreamEvent> events;
-  for (int idle = 0; idle < 300;) {  // at most 30 s without an event
-    events.clear();
-    if (!stream.wait(std::chrono::milliseconds(100), events)) {
-      ++idle;
-      continue;
-    }
-    for (auto& e : events) {
-      if (e.kind == engine::StreamEvent::Kind::Text) {
-        out.text += e.text;
-      } else {
-        out.end = std::move(e);
-        return out;
-      }
-    }
-  }
-  ADD_FAILURE() << "the stream did not end";
-  return out;
-}
+using test::Collected;
+using test::drain;
 
 class SchedulerEmbeddingTest : public ::testing::Test {
  protected:
@@ -171,7 +148,7 @@ TEST_F(SchedulerEmbeddingTest, EachPoolingIsTheHiddenStatesPooledAndNormalizedIn
   for (const int chunk : {256, 7, 1}) {
     engine::Scheduler scheduler(*backend, *vocab_, {.prefill_chunk = chunk});
     for (auto pooling : {PoolingType::Mean, PoolingType::Cls, PoolingType::Last}) {
-      const Result r = drain(*scheduler.submit(embedding(tokens, pooling)));
+      const Collected r = drain(*scheduler.submit(embedding(tokens, pooling)));
       ASSERT_EQ(r.end.kind, engine::StreamEvent::Kind::Done) << r.end.text;
       EXPECT_TRUE(r.text.empty());
       EXPECT_EQ(r.end.timings.prompt_tokens, 40);
@@ -183,7 +160,7 @@ TEST_F(SchedulerEmbeddingTest, EachPoolingIsTheHiddenStatesPooledAndNormalizedIn
     }
     // The same text again is read again (never from the blocks the first
     // left cached), and gives the same vector.
-    const Result again = drain(*scheduler.submit(embedding(tokens, PoolingType::Mean)));
+    const Collected again = drain(*scheduler.submit(embedding(tokens, PoolingType::Mean)));
     EXPECT_EQ(again.end.timings.cached_tokens, 0);
     EXPECT_TRUE(close(reference(tokens, PoolingType::Mean), again.end.embedding));
   }
@@ -204,7 +181,7 @@ TEST_F(SchedulerEmbeddingTest, EmbeddingStepsCarryNoGenerationAndTheStreamAnswer
   const auto a = text_tokens(30), b = text_tokens(45, "Embeddings map text to vectors. ");
   auto first = scheduler.submit(embedding(a, PoolingType::Mean));
   auto second = scheduler.submit(embedding(b, PoolingType::Last));
-  const Result ea = drain(*first), eb = drain(*second);
+  const Collected ea = drain(*first), eb = drain(*second);
   EXPECT_EQ(drain(*generating).text, alone);
   EXPECT_TRUE(close(reference(a, PoolingType::Mean), ea.end.embedding));
   EXPECT_TRUE(close(reference(b, PoolingType::Last), eb.end.embedding));
@@ -232,7 +209,7 @@ TEST_F(SchedulerEmbeddingTest, APreemptedEmbeddingIsReadAgainFromTheStart) {
   ASSERT_TRUE(generating->wait(std::chrono::seconds(10), first));  // admitted first: the older
   const auto tokens = text_tokens(kCtx);
   auto embed = scheduler.submit(embedding(tokens, PoolingType::Mean));
-  const Result r = drain(*embed);
+  const Collected r = drain(*embed);
   drain(*generating);
   ASSERT_EQ(r.end.kind, engine::StreamEvent::Kind::Done) << r.end.text;
   EXPECT_GE(scheduler.stats().preemptions, 1u);
@@ -243,7 +220,7 @@ TEST_F(SchedulerEmbeddingTest, AnEmbeddingMayFillTheWholeContextAnAnswerMayNot) 
   auto backend = cpu_backend(1);
   engine::Scheduler scheduler(*backend, *vocab_);
   const auto tokens = text_tokens(kCtx);
-  const Result r = drain(*scheduler.submit(embedding(tokens, PoolingType::Last)));
+  const Collected r = drain(*scheduler.submit(embedding(tokens, PoolingType::Last)));
   ASSERT_EQ(r.end.kind, engine::StreamEvent::Kind::Done) << r.end.text;
   EXPECT_TRUE(close(reference(tokens, PoolingType::Last), r.end.embedding));
   EXPECT_THROW(scheduler.submit(greedy(tokens, 4)), engine::RequestRejected);
@@ -265,12 +242,12 @@ TEST_F(SchedulerEmbeddingTest, ACancelledEmbeddingEndsCancelled) {
   engine::Scheduler scheduler(*backend, *vocab_, {.prefill_chunk = 1});
   auto stream = scheduler.submit(embedding(text_tokens(kCtx), PoolingType::Mean));
   stream->cancel();
-  const Result r = drain(*stream);
+  const Collected r = drain(*stream);
   EXPECT_EQ(r.end.kind, engine::StreamEvent::Kind::Done);
   EXPECT_EQ(r.end.finish_reason, engine::FinishReason::Cancelled);
   EXPECT_TRUE(r.end.embedding.empty());
   // The slot is free again.
-  const Result next = drain(*scheduler.submit(embedding(text_tokens(8), PoolingType::Cls)));
+  const Collected next = drain(*scheduler.submit(embedding(text_tokens(8), PoolingType::Cls)));
   EXPECT_EQ(next.end.finish_reason, engine::FinishReason::EndOfGeneration);
   EXPECT_EQ(next.end.embedding.size(), static_cast<size_t>(n_embd_));
 }
