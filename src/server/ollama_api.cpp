@@ -9,6 +9,7 @@
 #include "server/chat_features.h"
 #include "server/fill_in_middle.h"
 #include "server/generation.h"
+#include "server/logprob_json.h"
 #include "server/request_fields.h"
 #include "server/routes.h"
 #include "server/unsupported_fields.h"
@@ -164,6 +165,14 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
   const bool raw = get_bool(body, "raw").value_or(false);
 
   engine::RequestParams params = ollama_params(body);
+  // logprobs: true (and top_logprobs 0-20): each token's log-probability
+  // and its alternatives, in every chunk that carries tokens.
+  {
+    const bool on = get_bool(body, "logprobs").value_or(false);
+    const auto top = get_int(body, "top_logprobs");
+    if (top && (*top < 0 || *top > 20)) throw HttpError{400, "'top_logprobs' must be between 0 and 20"};
+    if (on) params.logprobs = static_cast<int>(top.value_or(0));
+  }
   params.n_ctx = ollama_num_ctx(body);
   auto lease = s.models.acquire(model_ref, keep_alive, params.n_ctx);
   ResidentModel& m = lease->model();
@@ -218,10 +227,14 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
   if (truncate) truncate_prompt(m, params);
   const std::vector<int32_t> prompt_ids = chat ? std::vector<int32_t>() : params.prompt;
 
+  const bool logprobs = params.logprobs >= 0;
   auto request = submit(m, std::move(params));
   const double load_seconds = lease->load_seconds();
-  // One chunk (or the whole answer): content, thinking and tool calls.
-  auto piece = [chat, model](const chat::ParsedAnswer& a, bool done) {
+  const tokenizer::Vocab* vocab = m.vocab.get();
+  // One chunk (or the whole answer): content, thinking, tool calls and,
+  // when asked for, the log-probabilities of the tokens it carries.
+  auto piece = [chat, model, logprobs, vocab](const chat::ParsedAnswer& a, bool done,
+                                              const std::vector<engine::TokenLogprob>& tokens = {}) {
     json j = {{"model", model}, {"created_at", rfc3339_now()}};
     if (chat) {
       j["message"] = {{"role", "assistant"}, {"content", a.content}};
@@ -231,12 +244,13 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
       j["response"] = a.content;
       if (!a.reasoning.empty()) j["thinking"] = a.reasoning;
     }
+    if (logprobs && !tokens.empty()) j["logprobs"] = logprob_entries(*vocab, tokens);
     j["done"] = done;
     return j;
   };
   if (!stream) {
     const Completion c = collect(s, req, *request).front();
-    json j = piece(read_answer(plan, c.text), true);
+    json j = piece(read_answer(plan, c.text), true, c.logprobs);
     j["done_reason"] = done_reason(c.finish_reason);
     if (!chat) j["context"] = context_of(prompt_ids, c.answer_tokens);
     add_timings(j, c.timings, received, load_seconds);
@@ -244,27 +258,34 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
     return;
   }
   // Content and thinking stream as they come; tool calls go out whole,
-  // as Ollama sends them, once the answer is complete.
+  // as Ollama sends them, once the answer is complete. Log-probabilities of
+  // text the parser holds back go out with the next chunk.
   std::shared_ptr<chat::StreamingAnswerParser> parser;
   if (splits_answer(plan)) parser = answer_stream(plan);
-  auto delta_chunk = [piece](const chat::AnswerDelta& d) {
+  auto held = std::make_shared<std::vector<engine::TokenLogprob>>();
+  auto delta_chunk = [piece, held](const chat::AnswerDelta& d) {
     if (d.content.empty() && d.reasoning.empty()) return std::string();
-    return ndjson(piece(chat::ParsedAnswer{.content = d.content, .reasoning = d.reasoning, .tool_calls = {}}, false));
+    std::string out = ndjson(piece(chat::ParsedAnswer{.content = d.content, .reasoning = d.reasoning, .tool_calls = {}}, false, *held));
+    held->clear();
+    return out;
   };
   StreamFormat f;
-  f.on_text = [piece, parser, delta_chunk](const engine::StreamEvent& e) {
-    if (!parser) return ndjson(piece(chat::ParsedAnswer{.content = e.text, .reasoning = {}, .tool_calls = {}}, false));
+  f.on_text = [parser, held, delta_chunk](const engine::StreamEvent& e) {
+    held->insert(held->end(), e.logprobs.begin(), e.logprobs.end());
+    if (!parser) return delta_chunk(chat::AnswerDelta{.content = e.text, .reasoning = {}, .calls = {}});
     return delta_chunk(parser->push(e.text));
   };
-  f.on_end = [piece, parser, delta_chunk, received, load_seconds, chat, prompt_ids](const engine::StreamEvent& done) {
+  f.on_end = [piece, parser, held, delta_chunk, received, load_seconds, chat, prompt_ids](const engine::StreamEvent& done) {
     std::string out;
+    held->insert(held->end(), done.logprobs.begin(), done.logprobs.end());
     if (parser) {
       out += delta_chunk(parser->finish());
       if (!parser->answer().tool_calls.empty()) {
-        out += ndjson(piece(chat::ParsedAnswer{.content = {}, .reasoning = {}, .tool_calls = parser->answer().tool_calls}, false));
+        out += ndjson(piece(chat::ParsedAnswer{.content = {}, .reasoning = {}, .tool_calls = parser->answer().tool_calls}, false, *held));
+        held->clear();
       }
     }
-    json j = piece({}, true);
+    json j = piece({}, true, *held);
     j["done_reason"] = done_reason(done.finish_reason);
     if (!chat) j["context"] = context_of(prompt_ids, done.answer_tokens);
     add_timings(j, done.timings, received, load_seconds);

@@ -8,6 +8,7 @@
 #include "server/chat_features.h"
 #include "server/fill_in_middle.h"
 #include "server/generation.h"
+#include "server/logprob_json.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
 #include "server/routes.h"
@@ -85,27 +86,9 @@ int requested_logprobs(const json& body, bool chat) {
   return static_cast<int>(*n);
 }
 
-// A token as OpenAI's chat logprobs show it: its text (a piece may hold part
-// of a UTF-8 character; the JSON writer replaces what is not valid), its
-// log-probability and its exact bytes.
-json token_json(const tokenizer::Vocab& vocab, int32_t id, float logprob) {
-  const std::string& piece = vocab.piece(id);
-  json bytes = json::array();
-  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
-  return {{"token", piece}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
-}
-
 // Chat completions: {"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}.
 json chat_logprobs(const tokenizer::Vocab& vocab, const std::vector<engine::TokenLogprob>& tokens) {
-  json content = json::array();
-  for (const auto& t : tokens) {
-    json entry = token_json(vocab, t.token, t.logprob);
-    json top = json::array();
-    for (const auto& [id, lp] : t.top) top.push_back(token_json(vocab, id, lp));
-    entry["top_logprobs"] = std::move(top);
-    content.push_back(std::move(entry));
-  }
-  return {{"content", std::move(content)}, {"refusal", nullptr}};
+  return {{"content", logprob_entries(vocab, tokens)}, {"refusal", nullptr}};
 }
 
 // Completions: parallel lists of tokens, their log-probabilities, the

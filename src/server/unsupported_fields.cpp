@@ -98,8 +98,6 @@ void refuse_unimplemented_llama_cpp_fields(const json& body, bool infill) {
 void refuse_unimplemented_ollama_fields(const json& body) {
   apply(body, {
                   {"template", "the model's own chat template is used"},
-                  {"logprobs", "Ollama's logprobs are not built (the OpenAI routes have them)"},
-                  {"top_logprobs", "Ollama's logprobs are not built (the OpenAI routes have them)"},
               });
   auto it = body.find("options");
   if (it == body.end() || !it->is_object()) return;

@@ -307,6 +307,44 @@ TEST_F(ServerTest, CompletionsAnswerAListOfPrompts) {
   EXPECT_EQ(bad->status, 400) << bad->body;
 }
 
+// Ollama's logprobs: each answer token's log-probability with top_logprobs
+// alternatives, whole and spread over the streamed chunks.
+TEST_F(ServerTest, OllamaLogprobsCoverEveryAnswerToken) {
+  start(with(2));
+  const json body = {{"model", "TinyStories-656K-Q8_0"}, {"prompt", "Once upon a time"}, {"raw", true}, {"stream", false},
+                     {"logprobs", true}, {"top_logprobs", 2},
+                     {"options", {{"temperature", 0}, {"repeat_penalty", 1.0}, {"num_predict", 8}}}};
+  auto r = post("/api/generate", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json whole = json::parse(r->body);
+  ASSERT_EQ(whole["logprobs"].size(), 8u) << r->body;
+  std::string text;
+  for (const auto& t : whole["logprobs"]) {
+    text += t["token"].get<std::string>();
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(t["top_logprobs"].size(), 2u);
+    EXPECT_EQ(t["top_logprobs"][0]["token"], t["token"]);  // greedy: the most likely
+    EXPECT_GE(t["top_logprobs"][0]["logprob"].get<double>(), t["top_logprobs"][1]["logprob"].get<double>());
+  }
+  EXPECT_EQ(text, whole["response"]);
+
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  auto st = post("/api/generate", streamed_body);
+  ASSERT_TRUE(st);
+  size_t tokens = 0;
+  for (const auto& line : ndjson_lines(st->body)) {
+    if (line.contains("logprobs")) tokens += line["logprobs"].size();
+  }
+  EXPECT_EQ(tokens, 8u);
+
+  auto bad = post("/api/chat", {{"model", "TinyStories-656K-Q8_0"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                {"logprobs", true}, {"top_logprobs", 21}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+}
+
 TEST_F(ServerTest, OllamaChatWithoutStreaming) {
   start(with(2));
   auto r = post("/api/chat", {{"model", "TinyStories-656K-Q8_0"},
@@ -1057,7 +1095,6 @@ TEST_F(ServerTest, UnimplementedFieldsAreRefusedByName) {
       {"/v1/completions", {{"echo", true}, {"logprobs", 1}}, "'echo'"},
       {"/v1/completions", {{"best_of", 3}}, "'best_of'"},
       {"/api/generate", {{"template", "{{ .Prompt }}"}}, "'template'"},
-      {"/api/chat", {{"logprobs", true}}, "'logprobs'"},
       {"/api/generate", {{"options", {{"mirostat", 2}}}}, "'options.mirostat'"},
       {"/api/chat", {{"options", {{"num_gpu", 99}}}}, "'options.num_gpu'"},
   };
