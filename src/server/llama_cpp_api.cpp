@@ -11,6 +11,7 @@
 #include "server/chat_features.h"
 #include "server/fill_in_middle.h"
 #include "server/generation.h"
+#include "server/logprob_json.h"
 #include "server/request_fields.h"
 #include "server/routes.h"
 #include "server/sampling_fields.h"
@@ -48,6 +49,17 @@ json timings_json(const engine::RequestTimings& t) {
           {"predicted_ms", t.generate_seconds * 1e3},
           {"predicted_per_token_ms", per_token_ms(t.generate_seconds, t.generated_tokens)},
           {"predicted_per_second", per_second(t.generate_seconds, t.generated_tokens)}};
+}
+
+// llama.cpp's completion_probabilities: per token {id, token, logprob,
+// bytes, top_logprobs: [{id, token, logprob, bytes}]}.
+json completion_probabilities(const tokenizer::Vocab& vocab, const std::vector<engine::TokenLogprob>& tokens) {
+  json out = logprob_entries(vocab, tokens);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    out[i]["id"] = tokens[i].token;
+    for (size_t k = 0; k < tokens[i].top.size(); ++k) out[i]["top_logprobs"][k]["id"] = tokens[i].top[k].first;
+  }
+  return out;
 }
 
 // The last object of an answer: its totals.
@@ -99,6 +111,11 @@ void handle(ServerContext& s, const HttpRequest& req, HttpResponse& res, bool in
   const std::string model_ref = model_field(body);
   refuse_unimplemented_llama_cpp_fields(body, infill);
   engine::RequestParams params = llama_cpp_params(body);
+  if (auto n_probs = get_int(body, "n_probs"); n_probs && *n_probs > 0) {
+    if (*n_probs > 20) throw HttpError{400, "'n_probs' must be between 0 and 20"};
+    params.logprobs = static_cast<int>(*n_probs);
+  }
+  const bool probabilities = params.logprobs >= 0;
   const ChatFeatures features = openai_completion_features(body);  // json_schema, grammar, response_format
   const bool stream = get_bool(body, "stream").value_or(false);
   auto lease = s.models.acquire(model_ref, std::nullopt);
@@ -113,19 +130,26 @@ void handle(ServerContext& s, const HttpRequest& req, HttpResponse& res, bool in
   }
   params.grammar = completion_plan(m, features).grammar;
   const std::string model = m.name;
+  const tokenizer::Vocab* vocab = m.vocab.get();
 
   auto request = submit(m, std::move(params));
   if (!stream) {
     const Completion c = collect(s, req, *request).front();
-    send_json(res, final_json(model, c.text, c.finish_reason, c.timings));
+    json answer = final_json(model, c.text, c.finish_reason, c.timings);
+    if (probabilities) answer["completion_probabilities"] = completion_probabilities(*vocab, c.logprobs);
+    send_json(res, answer);
     return;
   }
   StreamFormat f;
-  f.on_text = [](const engine::StreamEvent& e) {
-    return sse({{"index", 0}, {"content", e.text}, {"id_slot", -1}, {"stop", false}});
+  f.on_text = [probabilities, vocab](const engine::StreamEvent& e) {
+    json chunk = {{"index", 0}, {"content", e.text}, {"id_slot", -1}, {"stop", false}};
+    if (probabilities) chunk["completion_probabilities"] = completion_probabilities(*vocab, e.logprobs);
+    return sse(chunk);
   };
-  f.on_end = [model](const engine::StreamEvent& done) {
-    return sse(final_json(model, "", done.finish_reason, done.timings));
+  f.on_end = [model, probabilities, vocab](const engine::StreamEvent& done) {
+    json last = final_json(model, "", done.finish_reason, done.timings);
+    if (probabilities && !done.logprobs.empty()) last["completion_probabilities"] = completion_probabilities(*vocab, done.logprobs);
+    return sse(last);
   };
   f.on_error = [](const std::string& message) {
     return sse({{"error", {{"code", 500}, {"message", message}, {"type", "server_error"}}}});

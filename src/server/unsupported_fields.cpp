@@ -69,8 +69,7 @@ void refuse_unimplemented_llama_cpp_fields(const json& body, bool infill) {
   static const auto not_one = [](const json& v) { return v.is_number() && v.get<double>() != 1; };
   static const auto a_slot = [](const json& v) { return v.is_number() && v.get<double>() >= 0; };
   apply(body, {
-                  {"n_probs", "token probabilities on this route are not built (/v1/completions has logprobs)", positive},
-                  {"post_sampling_probs", "token probabilities on this route are not built"},
+                  {"post_sampling_probs", "probabilities after the samplers are not built: n_probs gives the model's"},
                   {"mirostat", "mirostat sampling is not built", nonzero},
                   {"typical_p", "locally typical sampling is not built", not_one},
                   {"dynatemp_range", "dynamic temperature is not built", nonzero},

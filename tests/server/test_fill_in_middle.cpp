@@ -146,10 +146,22 @@ TEST_F(FillInTheMiddleTest, LlamaCppInfillAndCompletionRoutes) {
   EXPECT_EQ(text, b["content"]);
 
   // What it does not implement is named.
+  // n_probs: each token's log-probability and that many alternatives.
   json probs = greedy;
-  probs["prompt"] = "x";
+  probs["prompt"] = "x = ";
   probs["n_probs"] = 3;
-  EXPECT_NE(post_json("/completion", probs, 400).dump().find("n_probs"), std::string::npos);
+  const json p = post_json("/completion", probs);
+  ASSERT_EQ(p["completion_probabilities"].size(), 6u) << p.dump();
+  std::string spelled_text;
+  for (const auto& t : p["completion_probabilities"]) {
+    spelled_text += t["token"].get<std::string>();
+    ASSERT_EQ(t["top_logprobs"].size(), 3u);
+    EXPECT_EQ(t["top_logprobs"][0]["id"], t["id"]);  // greedy: the most likely
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(spelled_text, p["content"]);
+  probs["post_sampling_probs"] = true;
+  EXPECT_NE(post_json("/completion", probs, 400).dump().find("post_sampling_probs"), std::string::npos);
   json extra = infill;
   extra["input_extra"] = json::array({{{"filename", "a.py"}, {"text", "x = 1"}}});
   EXPECT_NE(post_json("/infill", extra, 400).dump().find("input_extra"), std::string::npos);
