@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "gguf/file.h"
+#include "engine/request_options.h"
 #include "engine/sampler.h"
 #include "model/model_summary.h"
 
@@ -63,26 +64,8 @@ IntParse parse_int(const std::string& text, int64_t& out) {
   }
 }
 
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
 
-// An integer parameter's values. Past `high` it is `high` when `clamp_high`
-// says that means the same (as the server does: top_k and num_predict past
-// int32 are clamped); otherwise a value outside [low, high] is refused.
-struct IntRange {
-  int64_t low;
-  int64_t high;
-  bool clamp_high;
-  bool negative_is_minus_one = false;  // num_predict: any negative value is -1
-};
-
-std::string format_float(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
-  return buf;
-}
 
 std::string unknown_command(const std::string& line) {
   return "Unknown command '" + split_words(line).front() + "'. Type /? for help\n";
@@ -102,19 +85,21 @@ const char* kShowHelp =
     "  /show system       Show the system message\n"
     "  /show template     Show the chat template\n";
 
-const char* kParameterHelp =
-    "Available Parameters:\n"
-    "  /set parameter seed <int>              Random number seed (-1: random)\n"
-    "  /set parameter num_predict <int>       Max number of tokens to predict (-1: until the end)\n"
-    "  /set parameter top_k <int>             Pick from top k num of tokens\n"
-    "  /set parameter top_p <float>           Pick token based on sum of probabilities\n"
-    "  /set parameter min_p <float>           Pick token based on top token probability * min_p\n"
-    "  /set parameter temperature <float>     Set creativity level (0: greedy)\n"
-    "  /set parameter repeat_penalty <float>  How strongly to penalize repetitions\n"
-    "  /set parameter repeat_last_n <int>     Set how far back to look for repetitions\n"
-    "  /set parameter presence_penalty <float>   Penalty for any earlier occurrence\n"
-    "  /set parameter frequency_penalty <float>  Penalty per earlier occurrence\n"
-    "  /set parameter stop <string> <string> ...  Set the stop parameters\n";
+
+// /set parameter's list, from the options table.
+std::string parameter_help_text() {
+  std::string out = "Available Parameters:\n";
+  for (const engine::RequestOption& o : engine::request_options()) {
+    const char* kind = o.kind == engine::OptionKind::Real      ? "<float>"
+                       : o.kind == engine::OptionKind::Integer ? "<int>"
+                                                               : "<string> <string> ...";
+    const std::string usage = "/set parameter " + std::string(o.name) + " " + kind;
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-38s  %s\n", usage.c_str(), std::string(o.help).c_str());
+    out += line;
+  }
+  return out;
+}
 
 const char* kShortcutsHelp =
     "Available keyboard shortcuts:\n"
@@ -180,71 +165,59 @@ std::string model_info_text(const gguf::File& file, int n_ctx, const std::string
 
 std::string ChatCommands::set_parameter(const std::string& name, const std::vector<std::string>& values) {
   if (values.empty()) return "Usage: /set parameter " + name + " <value>\n";
-  auto& sp = settings_.generation.sampler;
+  const engine::RequestOption* option = engine::find_request_option(name);
+  if (option == nullptr) return "Couldn't set parameter: unknown parameter '" + name + "' (/set parameter lists them)\n";
   const std::string& v = values.front();
-  const auto set_float = [&](float& target) -> std::string {
-    float f = 0;
-    if (!parse_float(v, f)) return "Couldn't set parameter: '" + v + "' is not a number for " + name + "\n";
-    target = f;
-    return "";
-  };
-  std::string note;    // why the value stored is not the one typed
-  std::string stored;  // the value stored, where the note says why it differs
-  const auto set_int = [&](auto& target, IntRange range) -> std::string {
-    using Target = std::remove_reference_t<decltype(target)>;
-    static_assert(std::numeric_limits<Target>::min() <= 0);
-    const std::string allowed = std::to_string(range.low) + ".." + std::to_string(range.high);
-    int64_t i = 0;
-    switch (parse_int(v, i)) {
-      case IntParse::Ok:
-        break;
-      case IntParse::NotAnInteger:
-        return "Couldn't set parameter: '" + v + "' is not an integer for " + name + "\n";
-      case IntParse::OutOfRange:
-        // Past int64: as far past the range as any value can be.
-        if (v.find('-') == std::string::npos && range.clamp_high) {
-          i = kInt64Max;
-          break;
-        }
-        if (v.find('-') != std::string::npos && range.negative_is_minus_one) {
-          i = -2;  // any negative value: -1, said so below
-          break;
-        }
-        return "Couldn't set parameter: '" + v + "' is out of range for " + name + " (" + allowed + ")\n";
-    }
-    if (range.negative_is_minus_one && i < 0) {
-      if (i != -1) note = " (any negative value means no limit)";
-      i = -1;
-    }
-    if (i > range.high && range.clamp_high) {
-      note = " (the largest it takes; " + v + " is past it)";
-      i = range.high;
-    }
-    if (i < range.low || i > range.high) {
-      return "Couldn't set parameter: '" + v + "' is out of range for " + name + " (" + allowed + ")\n";
-    }
-    target = static_cast<Target>(i);
-    stored = std::to_string(i);
-    return "";
-  };
-  std::string error;
   const auto old = settings_;
-  if (name == "temperature") error = set_float(sp.temperature);
-  // top_k: 0 or less is off; past int32 (past any vocabulary) is no limit.
-  else if (name == "top_k") error = set_int(sp.top_k, {kInt32Min, kInt32Max, true});
-  else if (name == "top_p") error = set_float(sp.top_p);
-  else if (name == "min_p") error = set_float(sp.min_p);
-  else if (name == "repeat_penalty") error = set_float(sp.repeat_penalty);
-  // repeat_last_n: -1 every token, 0 off; a window past int32 is past any context.
-  else if (name == "repeat_last_n") error = set_int(sp.penalty_last_n, {-1, kInt32Max, true});
-  else if (name == "presence_penalty") error = set_float(sp.presence_penalty);
-  else if (name == "frequency_penalty") error = set_float(sp.frequency_penalty);
-  else if (name == "seed") error = set_int(settings_.seed, {kInt64Min, kInt64Max, false});
-  // num_predict: past int32 the context ends the answer first, as on the server.
-  else if (name == "num_predict") error = set_int(settings_.generation.max_tokens, {-1, kInt32Max, true, true});
-  else if (name == "stop") settings_.generation.stop = values;
-  else return "Couldn't set parameter: unknown parameter '" + name + "' (/set parameter lists them)\n";
-  if (!error.empty()) return error;
+  engine::OptionTargets targets = settings_.targets();
+  std::string note;  // why the value stored is not the one typed
+  std::string stored;
+  switch (option->kind) {
+    case engine::OptionKind::Real: {
+      float f = 0;
+      if (!parse_float(v, f)) return "Couldn't set parameter: '" + v + "' is not a number for " + name + "\n";
+      option->set_real(targets, f);
+      break;
+    }
+    case engine::OptionKind::Integer: {
+      const engine::IntegerRange& range = option->integers;
+      const std::string allowed = std::to_string(range.low) + ".." + std::to_string(range.high);
+      int64_t i = 0;
+      switch (parse_int(v, i)) {
+        case IntParse::Ok:
+          break;
+        case IntParse::NotAnInteger:
+          return "Couldn't set parameter: '" + v + "' is not an integer for " + name + "\n";
+        case IntParse::OutOfRange:
+          // Past int64: as far past the range as any value can be.
+          if (v.find('-') == std::string::npos && range.clamp_high) {
+            i = kInt64Max;
+          } else if (v.find('-') != std::string::npos && range.clamp_low) {
+            i = std::numeric_limits<int64_t>::min();
+          } else if (v.find('-') != std::string::npos && range.negative_is_minus_one) {
+            i = -2;  // any negative value: -1, said so below
+          } else {
+            return "Couldn't set parameter: '" + v + "' is out of range for " + name + " (" + allowed + ")\n";
+          }
+          break;
+      }
+      int64_t fitted = 0;
+      switch (engine::fit_integer(range, i, fitted)) {
+        case engine::IntegerFit::Refused:
+          return "Couldn't set parameter: '" + v + "' is out of range for " + name + " (" + allowed + ")\n";
+        case engine::IntegerFit::MinusOne: note = " (any negative value means no limit)"; break;
+        case engine::IntegerFit::Clamped: note = " (the largest it takes; " + v + " is past it)"; break;
+        case engine::IntegerFit::ClampedLow: note = " (the smallest it takes; " + v + " is past it)"; break;
+        case engine::IntegerFit::Kept: break;
+      }
+      option->set_integer(targets, fitted);
+      stored = std::to_string(fitted);
+      break;
+    }
+    case engine::OptionKind::Strings:
+      option->set_strings(targets, values);
+      break;
+  }
   // The sampler checks the values' domains (NaN, a negative penalty, ...).
   try {
     engine::Sampler check(settings_.options().sampler, 2);
@@ -262,26 +235,19 @@ std::string ChatCommands::set_parameter(const std::string& name, const std::vect
 }
 
 std::string ChatCommands::parameters_text() const {
-  const auto& sp = settings_.generation.sampler;
-  std::string stops;
-  for (const auto& s : settings_.generation.stop) stops += (stops.empty() ? "\"" : " \"") + s + "\"";
-  const std::vector<std::pair<std::string, std::string>> rows = {
-      {"temperature", format_float(sp.temperature)},
-      {"top_k", std::to_string(sp.top_k)},
-      {"top_p", format_float(sp.top_p)},
-      {"min_p", format_float(sp.min_p)},
-      {"repeat_penalty", format_float(sp.repeat_penalty)},
-      {"repeat_last_n", std::to_string(sp.penalty_last_n)},
-      {"presence_penalty", format_float(sp.presence_penalty)},
-      {"frequency_penalty", format_float(sp.frequency_penalty)},
-      {"seed", std::to_string(settings_.seed)},
-      {"num_predict", std::to_string(settings_.generation.max_tokens)},
-      {"stop", stops.empty() ? "(none)" : stops},
-  };
+  // The table's order puts seed and num_predict first; /show parameters
+  // lists the sampler's controls first, as Ollama does.
+  static constexpr std::string_view kOrder[] = {"temperature",      "top_k",           "top_p",
+                                                "min_p",            "repeat_penalty",  "repeat_last_n",
+                                                "presence_penalty", "frequency_penalty", "seed",
+                                                "num_predict",      "stop"};
+  ChatSettings copy = settings_;
+  const engine::OptionTargets targets = copy.targets();
   std::string out = "Parameters:\n";
-  for (const auto& [key, value] : rows) {
+  for (std::string_view name : kOrder) {
+    const engine::RequestOption* option = engine::find_request_option(name);
     char line[512];
-    std::snprintf(line, sizeof line, "  %-20s%s\n", key.c_str(), value.c_str());
+    std::snprintf(line, sizeof line, "  %-20s%s\n", std::string(name).c_str(), option->show(targets).c_str());
     out += line;
   }
   return out;
@@ -316,7 +282,7 @@ CommandResult ChatCommands::run(const std::string& line, std::string& out) {
     if (words.size() < 2) {
       out = kSetHelp;
     } else if (words[1] == "parameter") {
-      if (words.size() < 3) out = kParameterHelp;
+      if (words.size() < 3) out = parameter_help_text();
       else out = set_parameter(words[2], std::vector<std::string>(words.begin() + 3, words.end()));
     } else if (words[1] == "system") {
       session_.set_system(rest_after_words(line, 2));

@@ -9,6 +9,7 @@
 
 #include "cli/chat_session.h"
 #include "engine/generator.h"
+#include "engine/request_options.h"
 
 namespace m40::gguf {
 class File;
@@ -24,6 +25,8 @@ struct ChatSettings {
 
   // The options for one answer, the seed filled in.
   engine::GenerationOptions options() const;
+  // What /set parameter writes (engine/request_options.h).
+  engine::OptionTargets targets() { return {generation.sampler, generation.max_tokens, generation.stop, seed}; }
 };
 
 enum class CommandResult { Continue, Exit };

@@ -84,7 +84,6 @@ engine::RequestParams llama_cpp_params(const json& body) {
   engine::RequestParams p;
   p.sampler.repeat_penalty = 1.0f;
   read_sampling_fields(body, p);
-  if (auto v = get_int(body, "repeat_last_n")) p.sampler.penalty_last_n = clamp_to_int32(*v);
   return p;
 }
 

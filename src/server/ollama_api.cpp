@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "engine/request_options.h"
 #include "model/model_summary.h"
 #include "server/model_catalog.h"
 #include "server/api_answers.h"
@@ -40,19 +41,31 @@ engine::RequestParams ollama_params(const json& body) {
   if (it == body.end() || it->is_null()) return p;
   if (!it->is_object()) throw HttpError{400, "'options' must be an object"};
   const json& o = *it;
-  if (auto v = get_number(o, "temperature")) sp.temperature = static_cast<float>(*v);
-  if (auto v = get_int(o, "top_k")) sp.top_k = clamp_to_int32(*v);  // past the vocabulary: no limit
-  if (auto v = get_number(o, "top_p")) sp.top_p = static_cast<float>(*v);
-  if (auto v = get_number(o, "min_p")) sp.min_p = static_cast<float>(*v);
-  if (auto v = get_number(o, "repeat_penalty")) sp.repeat_penalty = static_cast<float>(*v);
-  if (auto v = get_int(o, "repeat_last_n")) sp.penalty_last_n = clamp_to_int32(*v);
-  if (auto v = get_number(o, "presence_penalty")) sp.presence_penalty = static_cast<float>(*v);
-  if (auto v = get_number(o, "frequency_penalty")) sp.frequency_penalty = static_cast<float>(*v);
-  if (auto v = get_int(o, "seed")) sp.seed = *v < 0 ? engine::kRandomSeed : static_cast<uint64_t>(*v);
-  // -1 (no limit) and -2 (fill the context) both run until the context is
-  // full; past int32 is clamped, and the context ends the answer first.
-  if (auto v = get_int(o, "num_predict")) p.max_tokens = *v < 0 ? -1 : clamp_to_int32(*v);
-  p.stop = get_stop(o, "stop");
+  // The options table (engine/request_options.h), under Ollama's names.
+  int64_t seed = -1;
+  engine::OptionTargets targets{sp, p.max_tokens, p.stop, seed};
+  for (const engine::RequestOption& option : engine::request_options()) {
+    const std::string key(option.name);
+    switch (option.kind) {
+      case engine::OptionKind::Real:
+        if (auto v = get_number(o, key.c_str())) option.set_real(targets, *v);
+        break;
+      case engine::OptionKind::Integer:
+        if (auto v = get_int(o, key.c_str())) {
+          int64_t stored = 0;
+          if (engine::fit_integer(option.integers, *v, stored) == engine::IntegerFit::Refused) {
+            throw HttpError{400, "'options." + key + "' must be between " + std::to_string(option.integers.low) + " and " +
+                                     std::to_string(option.integers.high) + ", got " + std::to_string(*v)};
+          }
+          option.set_integer(targets, stored);
+        }
+        break;
+      case engine::OptionKind::Strings:
+        option.set_strings(targets, get_stop(o, key.c_str()));
+        break;
+    }
+  }
+  sp.seed = seed < 0 ? engine::kRandomSeed : static_cast<uint64_t>(seed);
   return p;
 }
 

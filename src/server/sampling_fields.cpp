@@ -1,31 +1,52 @@
 #include "server/sampling_fields.h"
 
+#include <cmath>
+#include <cstdio>
 #include <string>
 
+#include "engine/request_options.h"
 #include "server/request_fields.h"
 
 namespace m40::server {
 
+namespace {
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
 void read_sampling_fields(const json& body, engine::RequestParams& p) {
   auto& sp = p.sampler;
-  if (auto v = get_number(body, "temperature")) {
-    if (*v < 0 || *v > 2) throw HttpError{400, "'temperature' must be between 0 and 2"};
-    sp.temperature = static_cast<float>(*v);
-  }
-  if (auto v = get_number(body, "top_p")) {
-    if (*v < 0 || *v > 1) throw HttpError{400, "'top_p' must be between 0 and 1"};
-    sp.top_p = static_cast<float>(*v);
-  }
-  if (auto v = get_int(body, "top_k")) sp.top_k = clamp_to_int32(*v);  // past the vocabulary: no limit
-  if (auto v = get_number(body, "min_p")) sp.min_p = static_cast<float>(*v);
-  if (auto v = get_number(body, "repeat_penalty")) sp.repeat_penalty = static_cast<float>(*v);
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    if (auto v = get_number(body, key)) {
-      if (*v < -2 || *v > 2) throw HttpError{400, std::string("'") + key + "' must be between -2 and 2"};
-      (std::string(key) == "presence_penalty" ? sp.presence_penalty : sp.frequency_penalty) = static_cast<float>(*v);
+  int64_t seed = sp.seed == engine::kRandomSeed ? -1 : static_cast<int64_t>(sp.seed);
+  engine::OptionTargets targets{sp, p.max_tokens, p.stop, seed};
+  // The options table's fields (engine/request_options.h); the token limit
+  // and the stop strings, which these APIs spell their own way, follow.
+  for (const engine::RequestOption& o : engine::request_options()) {
+    if (o.openai.empty() || o.name == "num_predict" || o.name == "stop") continue;
+    const std::string field(o.openai);
+    if (o.kind == engine::OptionKind::Real) {
+      const auto v = get_number(body, field.c_str());
+      if (!v) continue;
+      if (!std::isnan(o.openai_low) && (*v < o.openai_low || *v > o.openai_high)) {
+        throw HttpError{400, "'" + field + "' must be between " + number_text(o.openai_low) + " and " + number_text(o.openai_high)};
+      }
+      o.set_real(targets, *v);
+    } else if (o.kind == engine::OptionKind::Integer) {
+      const auto v = get_int(body, field.c_str());
+      if (!v) continue;
+      int64_t stored = 0;
+      if (engine::fit_integer(o.integers, *v, stored) == engine::IntegerFit::Refused) {
+        throw HttpError{400, "'" + field + "' must be between " + std::to_string(o.integers.low) + " and " +
+                                 std::to_string(o.integers.high) + ", got " + std::to_string(*v)};
+      }
+      o.set_integer(targets, stored);
     }
   }
-  if (auto v = get_int(body, "seed")) sp.seed = *v < 0 ? engine::kRandomSeed : static_cast<uint64_t>(*v);
+  sp.seed = seed < 0 ? engine::kRandomSeed : static_cast<uint64_t>(seed);
   for (const char* key : {"max_completion_tokens", "max_tokens", "n_predict"}) {  // n_predict: llama.cpp's name
     if (auto v = get_int(body, key)) {
       if (*v < -1) throw HttpError{400, std::string("'") + key + "' must be at least 0"};

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/request_options.h"
 #include "server/http_error.h"
 
 namespace m40::server {
@@ -100,17 +101,13 @@ void refuse_unimplemented_ollama_fields(const json& body) {
               });
   auto it = body.find("options");
   if (it == body.end() || !it->is_object()) return;
-  // The options the server applies (ollama_api.cpp reads them).
-  static constexpr const char* kApplied[] = {"temperature",     "top_k",           "top_p",         "min_p",
-                                             "repeat_penalty",  "repeat_last_n",   "presence_penalty",
-                                             "frequency_penalty", "seed",          "num_predict",   "stop",
-                                             "num_ctx"};
+  // The options the server applies: the options table's, and num_ctx (the context).
+  std::string applied;
+  for (const engine::RequestOption& o : engine::request_options()) applied += std::string(o.name) + ", ";
+  applied += "num_ctx";
   for (const auto& [key, value] : it->items()) {
-    if (value.is_null()) continue;
-    if (std::find_if(std::begin(kApplied), std::end(kApplied), [&](const char* k) { return key == k; }) != std::end(kApplied)) continue;
-    throw HttpError{400, "'options." + key + "' is not supported by this server; the options it applies are temperature, "
-                         "top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed, "
-                         "num_predict, stop and num_ctx"};
+    if (value.is_null() || key == "num_ctx" || engine::find_request_option(key) != nullptr) continue;
+    throw HttpError{400, "'options." + key + "' is not supported by this server; the options it applies are " + applied};
   }
 }
 
@@ -123,12 +120,10 @@ void refuse_unimplemented_embedding_fields(const json& body, bool ollama) {
   auto it = body.find("options");
   if (it == body.end() || it->is_null()) return;
   if (!it->is_object()) throw HttpError{400, "'options' must be an object"};
-  static constexpr const char* kAccepted[] = {"num_ctx",         "temperature",      "top_k",  "top_p",       "min_p",
-                                              "repeat_penalty",  "repeat_last_n",    "presence_penalty",
-                                              "frequency_penalty", "seed",           "num_predict", "stop"};
+  // num_ctx applies; the generation options are accepted and have no
+  // effect on an embedding, as in Ollama.
   for (const auto& [key, value] : it->items()) {
-    if (value.is_null()) continue;
-    if (std::find_if(std::begin(kAccepted), std::end(kAccepted), [&](const char* k) { return key == k; }) != std::end(kAccepted)) continue;
+    if (value.is_null() || key == "num_ctx" || engine::find_request_option(key) != nullptr) continue;
     throw HttpError{400, "'options." + key + "' is not supported by this server; an embedding applies num_ctx (the "
                          "sampling options have no effect on it)"};
   }

@@ -282,7 +282,8 @@ TEST(PipedRun, AFailedTurnIsDroppedAndTheChatGoesOn) {
 
 // Integer parameters are not wrapped into their type: past int32, top_k (no
 // limit), repeat_last_n (past any context) and num_predict (until the
-// context is full) are int32's largest, as on the server, and the message
+// context is full) are int32's largest, and top_k below int32 (off, as any
+// value of 0 or less) its smallest, as on the server, and the message
 // says what was set; a value outside what a parameter takes is refused
 // with its range, and leaves the parameter as it was.
 TEST(PipedRun, IntegerParametersAreNotWrapped) {
@@ -300,13 +301,13 @@ TEST(PipedRun, IntegerParametersAreNotWrapped) {
             "Set parameter 'num_predict' to '2147483647' (the largest it takes; 4294967296 is past it)\n"
             "Set parameter 'repeat_last_n' to '2147483647' (the largest it takes; 99999999999999999999999 is past it)\n"
             "Set parameter 'num_predict' to '-1' (any negative value means no limit)\n"
-            "Couldn't set parameter: '-99999999999' is out of range for top_k (-2147483648..2147483647)\n"
+            "Set parameter 'top_k' to '-2147483648' (the smallest it takes; -99999999999 is past it)\n"
             "Couldn't set parameter: '-2' is out of range for repeat_last_n (-1..2147483647)\n"
             "Couldn't set parameter: '99999999999999999999' is out of range for seed "
             "(-9223372036854775808..9223372036854775807)\n"
             "Parameters:\n"
             "  temperature         0.8\n"
-            "  top_k               2147483647\n"
+            "  top_k               -2147483648\n"
             "  top_p               0.95\n"
             "  min_p               0.05\n"
             "  repeat_penalty      1.1\n"
