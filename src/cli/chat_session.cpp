@@ -59,6 +59,7 @@ TurnResult ChatSession::answer(const std::vector<int32_t>& prompt, const engine:
   params.max_tokens = options.max_tokens;
   params.stop = options.stop;
   params.ignore_eos = options.ignore_eos;
+  params.grammar = options.grammar;
   const auto stream = scheduler_->submit(std::move(params));
 
   TurnResult result;

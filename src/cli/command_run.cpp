@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "chat/model_template.h"
+#include "engine/answer_grammar.h"
+#include "grammar/gbnf_builder.h"
 #include "cli/commands.h"
 #include "cli/interactive_chat.h"
 #include "cli/timings.h"
@@ -40,7 +42,27 @@ struct RunOptions {
   std::string kv_type = "f16";
   std::vector<std::string> stop;
   std::string logits_out;
+  std::string format;  // "json" or a JSON schema: the answer is decoded under its grammar
 };
+
+// `--format`: "json" (any JSON object, as `ollama run --format json`) or a
+// JSON schema given inline, compiled to the grammar the answer follows.
+engine::AnswerGrammar format_grammar(const std::string& format, const tokenizer::Vocab& vocab) {
+  if (format.empty()) return {};
+  std::string gbnf;
+  if (format == "json") {
+    gbnf = grammar::json_object_gbnf();
+  } else {
+    nlohmann::ordered_json schema;
+    try {
+      schema = nlohmann::ordered_json::parse(format);
+    } catch (const nlohmann::json::parse_error&) {
+      throw Error("--format takes \"json\" or a JSON schema, e.g. '{\"type\": \"object\"}'");
+    }
+    gbnf = grammar::json_schema_to_gbnf(schema);
+  }
+  return engine::answer_grammar(gbnf, engine::grammar_vocabulary(vocab));
+}
 
 void write_logits(const std::string& path, const std::vector<float>& logits) {
   std::ofstream out(path, std::ios::binary);
@@ -64,6 +86,7 @@ int run_run(RunOptions o) {
   if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
   bo.kv_type = engine::kv_type_from_name(o.kv_type);
   auto backend = engine::make_backend(*model, bo);
+  const engine::AnswerGrammar format = format_grammar(o.format, vocab);
   const double load_seconds = std::chrono::duration<double>(clock::now() - start).count();
 
   if (!o.prompt_given) {
@@ -72,6 +95,7 @@ int run_run(RunOptions o) {
     settings.generation.max_tokens = o.max_tokens;
     settings.generation.stop = o.stop;
     settings.generation.ignore_eos = o.ignore_eos;
+    settings.generation.grammar = format;
     settings.seed = o.seed;
     settings.verbose = o.verbose;
     return run_interactive_chat(*model, vocab, *backend, settings, load_seconds);
@@ -97,6 +121,7 @@ int run_run(RunOptions o) {
   go.max_tokens = o.max_tokens;
   go.stop = o.stop;
   go.ignore_eos = o.ignore_eos;
+  go.grammar = format;
   engine::Generator generator(*backend, vocab);
   std::vector<float> logits;
   const auto result = generator.generate(
@@ -161,6 +186,8 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: every core)");
   cmd->add_option("--kv-type", opts->kv_type, "KV cache element type: f16, f32 (CPU only) or q8_0 (half the memory of f16)")->capture_default_str();
   cmd->add_flag("--ignore-eos", opts->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_option("--format", opts->format,
+                  "Response format: json (any JSON object) or a JSON schema; the answer is decoded so that it is one");
   cmd->add_flag("--raw", opts->raw, "Tokenize PROMPT as it is instead of rendering it through the chat template");
   cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
   cmd->add_option("--gpu", opts->gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");

@@ -27,7 +27,8 @@ GenerationResult Generator::generate(std::span<const int32_t> prompt, const Gene
   }
   const int n_vocab = backend_.n_vocab();
   for (int32_t t : prompt) vocab_.check_id(t);
-  TokenLoop loop(vocab_, options.sampler, n_vocab, {options.max_tokens, options.stop, options.ignore_eos}, prompt);
+  TokenLoop loop(vocab_, options.sampler, n_vocab, {options.max_tokens, options.stop, options.ignore_eos}, prompt, -1,
+                 options.grammar);
 
   GenerationResult result;
   result.prompt_tokens = n_prompt;

@@ -26,6 +26,7 @@ struct GenerationOptions {
   bool ignore_eos = false;          // keep going past end-of-generation tokens
   int batch_size = 512;             // prompt tokens per forward step
   int seq = 0;                      // the backend's KV slot
+  AnswerGrammar grammar;            // constrained decoding (answer_grammar.h), or none
 };
 
 struct GenerationResult {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "chat/tool_call_grammar.h"
+#include "engine/answer_grammar.h"
 #include "grammar/gbnf_builder.h"
 #include "grammar/grammar.h"
 #include "grammar/token_constraint.h"
@@ -125,28 +126,17 @@ json template_messages(const json& messages) {
 
 std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary(ResidentModel& m) {
   std::lock_guard lock(m.grammar_vocabulary_mutex);
-  if (!m.grammar_vocabulary) {
-    const tokenizer::Vocab& v = *m.vocab;
-    std::vector<std::string> pieces(v.size());
-    for (size_t id = 0; id < v.size(); ++id) {
-      const auto t = static_cast<tokenizer::TokenId>(id);
-      // Control tokens stand for no text: no grammar can ask for them. A
-      // template's text-like added tokens (<tool_call>, <think>) keep theirs.
-      if (!v.is_control(t)) pieces[id] = v.piece(t, true);
-    }
-    m.grammar_vocabulary = std::make_shared<grammar::TokenVocabulary>(std::move(pieces), v.end_of_generation_tokens());
-  }
+  if (!m.grammar_vocabulary) m.grammar_vocabulary = engine::grammar_vocabulary(*m.vocab);
   return m.grammar_vocabulary;
 }
 
 engine::AnswerGrammar compile(ResidentModel& m, const std::string& gbnf) {
   engine::AnswerGrammar g;
   try {
-    g.grammar = grammar::parse_gbnf(gbnf);
-  } catch (const Error& e) {
+    g = engine::answer_grammar(gbnf, grammar_vocabulary(m));
+  } catch (const grammar::GrammarError& e) {
     throw HttpError{400, std::string("the grammar is not valid GBNF: ") + e.what()};
   }
-  g.vocabulary = grammar_vocabulary(m);
   // A grammar this vocabulary cannot even begin is the request's fault, not
   // the engine's: refused before it is queued.
   grammar::TokenConstraint start(g.grammar, g.vocabulary);

@@ -79,6 +79,31 @@ TEST_F(RunCommand, SeededSamplingRepeatsAndStopStringsCut) {
   EXPECT_EQ(cut.out, full.out.substr(0, full.out.find("Lily")) + "\n");
 }
 
+// --format: the answer is decoded under the schema's grammar, so even a
+// random-weight model writes a document the schema accepts; a format that
+// is neither "json" nor a schema is refused before anything runs.
+TEST_F(RunCommand, FormatMakesTheAnswerAValidDocument) {
+  const auto model = m40::test::shared_model("arch/tiny-qwen2-F32.gguf");
+  if (!fs::exists(model)) GTEST_SKIP() << model;
+  const std::string schema =
+      R"({"type": "object", "properties": {"pet": {"enum": ["cat", "dog"]}, "age": {"type": "integer", "minimum": 0, "maximum": 20}},)"
+      R"( "required": ["pet", "age"], "additionalProperties": false})";
+  for (const char* seed : {"1", "2", "3"}) {
+    auto r = run_binary({"run", model.string(), "Describe a pet", "--cpu", "--seed", seed, "-n", "200", "--format", schema});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json doc;
+    ASSERT_NO_THROW(doc = nlohmann::json::parse(r.out)) << r.out;
+    ASSERT_EQ(doc.size(), 2u) << r.out;
+    EXPECT_TRUE(doc["pet"] == "cat" || doc["pet"] == "dog") << r.out;
+    ASSERT_TRUE(doc["age"].is_number_integer()) << r.out;
+    EXPECT_GE(doc["age"].get<int>(), 0);
+    EXPECT_LE(doc["age"].get<int>(), 20);
+  }
+  auto bad = run_binary({"run", model.string(), "x", "--cpu", "--format", "{not json"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--format"), std::string::npos) << bad.err;
+}
+
 TEST_F(RunCommand, ErrorsAreOneLineWithExitStatusOne) {
   const std::string model = m40::test::shared_model("TinyStories-656K-Q8_0.gguf").string();
   auto too_long = run_binary({"run", model, "Once upon a time there was a dog", "--cpu", "--ctx", "4"});
