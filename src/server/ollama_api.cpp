@@ -270,16 +270,26 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
     send_json(res, j);
     return;
   }
-  // Content and thinking stream as they come; tool calls go out whole,
-  // as Ollama sends them, once the answer is complete. Log-probabilities of
-  // text the parser holds back go out with the next chunk.
+  // Content and thinking stream as they come; each tool call goes out whole,
+  // as Ollama sends them, in the chunk after it is complete.
+  // Log-probabilities of text the parser holds back go out with the next chunk.
   std::shared_ptr<chat::StreamingAnswerParser> parser;
   if (splits_answer(plan)) parser = answer_stream(plan);
   auto held = std::make_shared<std::vector<engine::TokenLogprob>>();
-  auto delta_chunk = [piece, held](const chat::AnswerDelta& d) {
-    if (d.content.empty() && d.reasoning.empty()) return std::string();
-    std::string out = ndjson(piece(chat::ParsedAnswer{.content = d.content, .reasoning = d.reasoning, .tool_calls = {}}, false, *held));
-    held->clear();
+  auto calls_sent = std::make_shared<size_t>(0);
+  auto delta_chunk = [piece, held, parser, calls_sent](const chat::AnswerDelta& d) {
+    std::string out;
+    if (!d.content.empty() || !d.reasoning.empty()) {
+      out += ndjson(piece(chat::ParsedAnswer{.content = d.content, .reasoning = d.reasoning, .tool_calls = {}}, false, *held));
+      held->clear();
+    }
+    const auto& calls = parser ? parser->answer().tool_calls : std::vector<chat::ToolCall>{};
+    if (calls.size() > *calls_sent) {
+      std::vector<chat::ToolCall> fresh(calls.begin() + static_cast<std::ptrdiff_t>(*calls_sent), calls.end());
+      *calls_sent = calls.size();
+      out += ndjson(piece(chat::ParsedAnswer{.content = {}, .reasoning = {}, .tool_calls = std::move(fresh)}, false, *held));
+      held->clear();
+    }
     return out;
   };
   StreamFormat f;
@@ -291,13 +301,7 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
   f.on_end = [piece, parser, held, delta_chunk, received, load_seconds, chat, prompt_ids](const engine::StreamEvent& done) {
     std::string out;
     held->insert(held->end(), done.logprobs.begin(), done.logprobs.end());
-    if (parser) {
-      out += delta_chunk(parser->finish());
-      if (!parser->answer().tool_calls.empty()) {
-        out += ndjson(piece(chat::ParsedAnswer{.content = {}, .reasoning = {}, .tool_calls = parser->answer().tool_calls}, false, *held));
-        held->clear();
-      }
-    }
+    if (parser) out += delta_chunk(parser->finish());
     json j = piece({}, true, *held);
     j["done_reason"] = done_reason(done.finish_reason);
     if (!chat) j["context"] = context_of(prompt_ids, done.answer_tokens);
