@@ -170,6 +170,15 @@ void architecture_section(Report& rows, const model::ModelSummary& s) {
   }
   number("head dim", s.head_dim);
   number("feed-forward length", s.feed_forward_length);
+  if (s.has_experts()) {
+    std::string experts = std::to_string(*s.expert_count);
+    if (s.expert_used_count) experts += ", " + std::to_string(*s.expert_used_count) + " used per token";
+    if (s.expert_feed_forward_length) experts += ", expert FFN width " + std::to_string(*s.expert_feed_forward_length);
+    rows.row("experts", experts);
+    if (s.active_parameter_count) {
+      rows.row("active parameters", model::format_parameter_count(*s.active_parameter_count) + " per token");
+    }
+  }
   if (s.rope_dimension_count || s.rope_freq_base || s.rope_scaling_type || s.rope_scaling_factor) {
     std::string rope;
     const auto add = [&](const std::string& part) { rope += (rope.empty() ? "" : ", ") + part; };
@@ -370,6 +379,10 @@ Json summary_json(const model::ModelSummary& s) {
   put(a, "embedding_length", s.embedding_length);
   put(a, "block_count", s.block_count);
   put(a, "feed_forward_length", s.feed_forward_length);
+  put(a, "expert_count", s.expert_count);
+  put(a, "expert_used_count", s.expert_used_count);
+  put(a, "expert_feed_forward_length", s.expert_feed_forward_length);
+  put(a, "active_parameter_count", s.active_parameter_count);
   put(a, "head_count", s.head_count);
   put(a, "head_count_kv", s.head_count_kv);
   put(a, "head_dim", s.head_dim);
@@ -466,7 +479,9 @@ std::string architectures_text() {
       later += "  " + std::string(a.name) + ": " + std::string(a.not_runnable) + "\n";
     }
   }
-  return "Architectures m40-llm runs: " + runs + ".\nKnown, not run yet:\n" + later;
+  std::string text = "Architectures m40-llm runs: " + runs + ".\n";
+  if (!later.empty()) text += "Known, not run yet:\n" + later;
+  return text;
 }
 
 }  // namespace

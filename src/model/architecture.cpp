@@ -9,7 +9,7 @@ namespace {
 // One description per architecture. Fields left out are off (false, 0, "").
 constexpr Architecture kArchitectures[] = {
     // Llama 1-3.x, Mistral 7B / Nemo, SmolLM2, DeepSeek-R1-Distill-Llama
-    // (and Mixtral, whose experts are refused when the weights load).
+    // (and Mixtral: experts when expert_count > 0).
     {.name = "llama", .rope_style = RopeStyle::Normal, .activation = FfnActivation::Silu},
     // Qwen2, Qwen2.5, QwQ, DeepSeek-R1-Distill-Qwen.
     {.name = "qwen2", .rope_style = RopeStyle::NeoX, .activation = FfnActivation::Silu, .qkv_bias = true},
@@ -19,7 +19,8 @@ constexpr Architecture kArchitectures[] = {
      .rope_style = RopeStyle::NeoX,
      .activation = FfnActivation::Silu,
      .qk_norm = true,
-     .not_runnable = "mixture-of-experts layers are not implemented yet"},
+     .experts_required = true,
+     .reads_expert_ff_length = true},
     {.name = "gemma2",
      .rope_style = RopeStyle::NeoX,
      .activation = FfnActivation::GeluTanh,

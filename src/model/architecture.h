@@ -67,6 +67,13 @@ struct Architecture {
   bool rope_switch = false;            // rope.scaling.finetuned (default true) turns RoPE off in every layer (granite)
   uint32_t no_rope_layer_step = 0; // layers with (il + 1) % step == 0 apply no RoPE (smollm3: 4); 0: none
 
+  // Mixture-of-experts FFN (ffn_gate_inp router, ffn_{gate,up,down}_exps):
+  // in every architecture when expert_count > 0 (llama: Mixtral), required
+  // here. Routing as llama.cpp's build_moe_ffn with softmax gating and
+  // renormalized weights (qwen3moe, llama).
+  bool experts_required = false;
+  bool reads_expert_ff_length = false;  // expert_feed_forward_length (default n_ff / expert_used_count); else n_ff
+
   // Why m40-llm cannot run it yet; empty when it can.
   std::string_view not_runnable = {};
 

@@ -368,6 +368,24 @@ ModelHparams ModelHparams::from_metadata(const gguf::Metadata& metadata, const g
   if (hp.rope_scaling_orig_ctx == 0) hp.rope_scaling_orig_ctx = hp.n_ctx_train;
   hp.rope_attn_factor = keys.optional<float>("rope.scaling.attn_factor").value_or(1.0f);
   hp.n_expert = keys.optional<uint32_t>("expert_count").value_or(0);
+  hp.n_expert_used = keys.optional<uint32_t>("expert_used_count").value_or(0);
+  if (hp.desc->experts_required && hp.n_expert == 0) inconsistent(key("expert_count") + " is missing or 0");
+  if (hp.n_expert > 0) {
+    // llama.cpp's LLAMA_MAX_EXPERTS.
+    if (hp.n_expert > 512) inconsistent(key("expert_count") + " = " + show(hp.n_expert) + " exceeds 512");
+    if (hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert) {
+      inconsistent(key("expert_used_count") + " = " + show(hp.n_expert_used) + " must be between 1 and " +
+                   key("expert_count") + " = " + show(hp.n_expert));
+    }
+    hp.n_ff_expert = hp.n_ff;
+    if (hp.desc->reads_expert_ff_length) {
+      hp.n_ff_expert = keys.optional<uint32_t>("expert_feed_forward_length").value_or(0);
+      if (hp.n_ff_expert == 0) hp.n_ff_expert = hp.n_ff / hp.n_expert_used;
+    }
+    if (hp.n_ff_expert == 0) inconsistent(key("expert_feed_forward_length") + " is 0");
+  } else {
+    hp.n_expert_used = 0;
+  }
   if (auto pooling = keys.optional<uint32_t>("pooling_type")) {
     if (*pooling >= std::size(kPoolingNames)) {
       inconsistent(key("pooling_type") + " = " + show(*pooling) +

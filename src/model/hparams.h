@@ -70,7 +70,11 @@ struct ModelHparams {
   uint32_t n_rot = 0;         // {arch}.rope.dimension_count (default: n_embd_head)
   uint32_t n_ctx_train = 0;   // {arch}.context_length
   uint32_t n_vocab = 0;       // {arch}.vocab_size, else tokenizer.ggml.tokens, else token_embd
-  uint32_t n_expert = 0;      // {arch}.expert_count (mixture-of-experts layers, not run yet)
+  // Mixture-of-experts layers (0 experts: a dense FFN). Each token's FFN is
+  // the weighted sum of n_expert_used of n_expert expert FFNs, each n_ff_expert wide.
+  uint32_t n_expert = 0;       // {arch}.expert_count
+  uint32_t n_expert_used = 0;  // {arch}.expert_used_count
+  uint32_t n_ff_expert = 0;    // {arch}.expert_feed_forward_length (qwen3moe; default n_ff / n_expert_used), llama: n_ff
   float rms_eps = 0.0f;       // {arch}.attention.layer_norm_rms_epsilon
 
   // RoPE as the file describes it ...
@@ -108,6 +112,7 @@ struct ModelHparams {
   std::optional<PoolingType> pooling;
   bool is_embedding_model() const { return pooling.has_value(); }
 
+  bool has_experts() const { return n_expert > 0; }
   uint32_t head_dim() const { return n_embd_head; }
   uint32_t n_gqa() const { return n_head / n_head_kv; }  // query heads per KV head
   // from_metadata bounds both products, so they fit in 32 bits.

@@ -262,6 +262,7 @@ ModelSummary summarize(const gguf::File& file) {
       const ModelHparams hparams = ModelHparams::from_file(file);
       const ModelWeights weights = ModelWeights::load(file, hparams);
       s.architecture_runnable = true;
+      if (hparams.has_experts()) s.expert_feed_forward_length = hparams.n_ff_expert;
       s.unused_tensors = weights.unused_tensors;
     } catch (const std::exception& e) {
       s.not_runnable_reason = e.what();
@@ -309,6 +310,22 @@ ModelSummary summarize(const gguf::File& file) {
     s.layer_norm_eps = lenient_float(md, key("attention.layer_norm_epsilon"));
     s.vocab_size = lenient<uint64_t>(md, key("vocab_size"));
     s.pooling_type = lenient<uint64_t>(md, key("pooling_type"));
+    s.expert_count = lenient<uint64_t>(md, key("expert_count"));
+    if (s.has_experts()) {
+      s.expert_used_count = lenient<uint64_t>(md, key("expert_used_count"));
+      if (!s.expert_feed_forward_length) {
+        s.expert_feed_forward_length = lenient<uint64_t>(md, key("expert_feed_forward_length"));
+      }
+      if (s.expert_used_count && *s.expert_used_count <= *s.expert_count) {
+        uint64_t active = 0;
+        for (const auto& t : file.tensors()) {
+          const bool expert_slices = t.dims.size() == 3 && t.dims[2] == *s.expert_count &&
+                                     t.name.ends_with("_exps.weight");
+          active += expert_slices ? t.element_count / *s.expert_count * *s.expert_used_count : t.element_count;
+        }
+        s.active_parameter_count = active;
+      }
+    }
   }
 
   const gguf::Array* tokens = find_array(md, "tokenizer.ggml.tokens");

@@ -103,6 +103,14 @@ struct ModelSummary {
   // 4 rank); a file that sets it is an embedding model.
   std::optional<uint64_t> pooling_type;
   bool embedding_model() const { return pooling_type.has_value(); }
+  // Mixture-of-experts layers ({arch}.expert_count > 0).
+  std::optional<uint64_t> expert_count;               // {arch}.expert_count
+  std::optional<uint64_t> expert_used_count;          // {arch}.expert_used_count: experts each token runs
+  std::optional<uint64_t> expert_feed_forward_length; // one expert's FFN width (as the loader resolves it when it loads)
+  // Parameters one token computes with: every tensor, but of the 3-D expert
+  // tensors (*_exps) only expert_used_count of expert_count slices.
+  std::optional<uint64_t> active_parameter_count;
+  bool has_experts() const { return expert_count.value_or(0) > 0; }
 
   // Tokenizer.
   std::optional<std::string> tokenizer_model;  // tokenizer.ggml.model

@@ -25,6 +25,38 @@ class WeightFinder {
     if (t == nullptr) throw Error("the model file lacks tensor '" + name + "' (incomplete or not a llama model)");
     return check(*t, cols, rows);
   }
+  // A 3-D tensor [cols, rows, n_slices] (ggml order: one [cols, rows]
+  // matrix per expert), as one view per slice.
+  std::vector<WeightView> require_slices(const std::string& name, uint64_t cols, uint64_t rows,
+                                         uint64_t n_slices) const {
+    const gguf::TensorInfo* t = file_.find_tensor(name);
+    if (t == nullptr) throw Error("the model file lacks tensor '" + name + "' (incomplete model)");
+    const std::vector<uint64_t> expected{cols, rows, n_slices};
+    std::vector<uint64_t> found = t->dims;
+    while (found.size() < 3) found.push_back(1);
+    if (cols == 0 || rows == 0 || n_slices == 0 || found != expected) {
+      throw Error("tensor '" + t->name + "' has shape " + shape_string(t->dims) + ", expected " +
+                  shape_string(expected) + " from the model's hyperparameters");
+    }
+    if (!quant::can_dequantize(t->type)) {
+      throw Error("tensor '" + t->name + "' has type " + std::string(gguf::tensor_type_name(t->type)) +
+                  ", which m40-llm cannot compute with yet");
+    }
+    const uint64_t row_bytes = t->byte_size / (rows * n_slices);
+    const uint8_t* data = file_.tensor_data(*t).data();
+    std::vector<WeightView> slices(n_slices);
+    for (uint64_t e = 0; e < n_slices; ++e) {
+      WeightView& v = slices[e];
+      v.name = t->name + " (expert " + std::to_string(e) + ")";
+      v.type = t->type;
+      v.cols = cols;
+      v.rows = rows;
+      v.row_bytes = row_bytes;
+      v.data = data + e * rows * row_bytes;
+    }
+    used_.insert(t->name);
+    return slices;
+  }
   WeightView optional(const std::string& name, uint64_t cols, uint64_t rows) const {
     const gguf::TensorInfo* t = file_.find_tensor(name);
     return t == nullptr ? WeightView{} : check(*t, cols, rows);
@@ -108,9 +140,12 @@ ModelWeights ModelWeights::load(const gguf::File& file, const ModelHparams& hp) 
   if (!arch.runnable()) {
     throw Error("unsupported architecture " + hp.architecture + ": " + std::string(arch.not_runnable));
   }
-  if (hp.n_expert > 0 || file.find_tensor("blk.0.ffn_gate_inp.weight") != nullptr) {
-    throw Error("unsupported model: " + hp.architecture +
-                " with mixture-of-experts layers (expert_count, ffn_gate_inp): m40-llm does not run experts yet");
+  if (hp.n_expert == 0 && file.find_tensor("blk.0.ffn_gate_inp.weight") != nullptr) {
+    throw Error("the model file has expert routers (ffn_gate_inp) but " + arch_key(hp.architecture, "expert_count") +
+                " is missing or 0");
+  }
+  if (hp.n_expert > 0 && (arch.fused_gate_up || arch.post_norms || arch.activation != FfnActivation::Silu)) {
+    throw Error("unsupported model: " + hp.architecture + " with mixture-of-experts layers");
   }
   WeightFinder find(file);
   ModelWeights w;
@@ -183,7 +218,12 @@ ModelWeights ModelWeights::load(const gguf::File& file, const ModelHparams& hp) 
     l.wo = find.require(p + "attn_output.weight", q_dim, hp.n_embd);
     l.bo = find.optional(p + "attn_output.bias", hp.n_embd, 1);
     l.ffn_norm = find.require(p + "ffn_norm.weight", hp.n_embd, 1);
-    if (arch.fused_gate_up) {
+    if (hp.n_expert > 0) {
+      l.ffn_gate_inp = find.require(p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert);
+      l.gate_exps = find.require_slices(p + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_expert, hp.n_expert);
+      l.up_exps = find.require_slices(p + "ffn_up_exps.weight", hp.n_embd, hp.n_ff_expert, hp.n_expert);
+      l.down_exps = find.require_slices(p + "ffn_down_exps.weight", hp.n_ff_expert, hp.n_embd, hp.n_expert);
+    } else if (arch.fused_gate_up) {
       const WeightView gate_up = find.require(p + "ffn_up.weight", hp.n_embd, 2 * uint64_t{hp.n_ff});
       l.w_gate = row_range(gate_up, 0, hp.n_ff, "gate");
       l.w_up = row_range(gate_up, hp.n_ff, hp.n_ff, "up");
@@ -191,7 +231,7 @@ ModelWeights ModelWeights::load(const gguf::File& file, const ModelHparams& hp) 
       l.w_gate = find.require(p + "ffn_gate.weight", hp.n_embd, hp.n_ff);
       l.w_up = find.require(p + "ffn_up.weight", hp.n_embd, hp.n_ff);
     }
-    l.w_down = find.require(p + "ffn_down.weight", hp.n_ff, hp.n_embd);
+    if (hp.n_expert == 0) l.w_down = find.require(p + "ffn_down.weight", hp.n_ff, hp.n_embd);
     if (arch.post_norms) {
       l.post_attn_norm = find.require(p + "post_attention_norm.weight", hp.n_embd, 1);
       l.post_ffn_norm = find.require(p + "post_ffw_norm.weight", hp.n_embd, 1);
@@ -218,6 +258,10 @@ uint64_t ModelWeights::total_bytes() const {
                                 &l.bo, &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down,
                                 &l.post_ffn_norm}) {
       total += bytes(*v);
+    }
+    total += bytes(l.ffn_gate_inp);
+    for (const auto* slices : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+      for (const WeightView& v : *slices) total += bytes(v);
     }
   }
   return total;

@@ -44,6 +44,13 @@ struct LayerWeights {
   WeightView w_up;            // [n_embd -> n_ff]
   WeightView w_down;          // [n_ff -> n_embd]
   WeightView post_ffn_norm;   // [n_embd], RMSNorm of the FFN branch (gemma)
+
+  // Mixture-of-experts layers (hparams.n_expert > 0) instead of w_gate/w_up/w_down:
+  WeightView ffn_gate_inp;                // router [n_embd -> n_expert]
+  std::vector<WeightView> gate_exps;      // per expert: [n_embd -> n_ff_expert], slices of ffn_gate_exps
+  std::vector<WeightView> up_exps;        // per expert: [n_embd -> n_ff_expert], slices of ffn_up_exps
+  std::vector<WeightView> down_exps;      // per expert: [n_ff_expert -> n_embd], slices of ffn_down_exps
+  bool has_experts() const { return ffn_gate_inp.present(); }
 };
 
 struct ModelWeights {
@@ -63,7 +70,7 @@ struct ModelWeights {
 
   // Finds and checks every tensor. Throws m40::Error naming a missing tensor,
   // a wrong shape (expected vs found), a type the engine cannot compute with,
-  // or a feature it does not implement (mixture-of-experts layers).
+  // or a feature it does not implement.
   static ModelWeights load(const gguf::File& file, const ModelHparams& hparams);
 
   // The frequency divisors RoPE applies at a context of n_ctx positions
@@ -71,6 +78,8 @@ struct ModelWeights {
   const WeightView* rope_factors(const ModelHparams& hparams, uint32_t n_ctx) const;
 
   uint64_t total_bytes() const;
+  // Whether the layers route tokens to experts (a backend without MoE support refuses these).
+  bool has_experts() const { return !layers.empty() && layers[0].has_experts(); }
 };
 
 }  // namespace m40::model

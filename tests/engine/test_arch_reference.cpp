@@ -1,5 +1,5 @@
 // The CPU engine against llama.cpp's outputs on the tiny models of every
-// dense architecture in ../shared/models/arch (random weights; its README
+// architecture in ../shared/models/arch, dense and mixture-of-experts (random weights; its README
 // says what each exercises and how exact the references are):
 //  - F32 weights with an F32 KV cache against llama.cpp's plain-FP32 run
 //    (variants/kvf32-fa-off) at every prompt position;
@@ -39,7 +39,8 @@ bool is_f32(const std::string& stem) { return stem.ends_with("-F32"); }
 
 std::vector<ArchParam> dense_f32_models() {
   std::vector<ArchParam> out;
-  for (const char* arch : {"qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3", "granite", "smollm3"}) {
+  for (const char* arch :
+       {"qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3", "granite", "smollm3", "qwen3moe", "mixtral"}) {
     out.push_back({std::string("tiny-") + arch + "-F32"});
   }
   return out;
@@ -47,7 +48,7 @@ std::vector<ArchParam> dense_f32_models() {
 
 std::vector<ArchParam> dense_models() {
   std::vector<ArchParam> out = dense_f32_models();
-  for (const char* arch : {"qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
+  for (const char* arch : {"qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3moe", "mixtral"}) {
     out.push_back({std::string("tiny-") + arch + "-Q8_0"});
   }
   return out;
@@ -176,16 +177,28 @@ std::string param_name(const ::testing::TestParamInfo<ArchParam>& info) {
 INSTANTIATE_TEST_SUITE_P(TinyArchitectures, ArchReference, ::testing::ValuesIn(dense_models()), param_name);
 INSTANTIATE_TEST_SUITE_P(TinyArchitectures, ArchReferenceF32, ::testing::ValuesIn(dense_f32_models()), param_name);
 
-// The mixture-of-experts models are refused by name until experts run.
-TEST(ArchReferenceMoe, ExpertModelsAreRefusedWithTheReason) {
-  for (const char* stem : {"tiny-qwen3moe-F32", "tiny-mixtral-F32"}) {
-    const auto path = test::shared_model(std::string("arch/") + stem + ".gguf");
+// The mixture-of-experts models load with their experts: count, used count
+// and width as the README's shape table gives them.
+TEST(ArchReferenceMoe, ExpertModelsLoadTheirExperts) {
+  struct Case {
+    const char* stem;
+    uint32_t n_expert, n_used, n_ff_expert;
+  };
+  for (const Case c : {Case{"tiny-qwen3moe-Q8_0", 8, 2, 32}, Case{"tiny-mixtral-Q8_0", 4, 2, 64}}) {
+    SCOPED_TRACE(c.stem);
+    const auto path = test::shared_model(std::string("arch/") + c.stem + ".gguf");
     if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared data missing";
-    try {
-      model::LoadedModel::open(path.string());
-      ADD_FAILURE() << stem << " loaded";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("mixture-of-experts"), std::string::npos) << e.what();
+    const auto model = model::LoadedModel::open(path.string());
+    EXPECT_EQ(model->hparams.n_expert, c.n_expert);
+    EXPECT_EQ(model->hparams.n_expert_used, c.n_used);
+    EXPECT_EQ(model->hparams.n_ff_expert, c.n_ff_expert);
+    ASSERT_TRUE(model->weights.has_experts());
+    for (const auto& l : model->weights.layers) {
+      ASSERT_EQ(l.gate_exps.size(), c.n_expert);
+      EXPECT_EQ(l.ffn_gate_inp.type, gguf::TensorType::F32);  // routers stay F32
+      EXPECT_EQ(l.up_exps[1].data - l.up_exps[0].data, static_cast<ptrdiff_t>(l.up_exps[0].row_bytes * c.n_ff_expert));
+      EXPECT_FALSE(l.w_gate.present());
     }
+    EXPECT_TRUE(model->weights.unused_tensors.empty());
   }
 }

@@ -438,3 +438,39 @@ TEST(ArchitectureFeatures, QwenYarnWithoutTheMistralKeysUsesLlamaCppsDefaults) {
   EXPECT_FLOAT_EQ(r.corr_low, 2.0f);
   EXPECT_FLOAT_EQ(r.corr_high, 5.0f);
 }
+
+// Experts: llama with expert_count (Mixtral) uses feed_forward_length as the
+// expert width; qwen3moe reads expert_feed_forward_length (default
+// feed_forward_length / expert_used_count) and needs experts at all.
+TEST(ArchitectureFeatures, ExpertCountsAndWidths) {
+  auto m = minimal_llama();
+  EXPECT_FALSE(ModelHparams::from_metadata(m).has_experts());
+  m.set("llama.expert_count", uint32_t{8});
+  m.set("llama.expert_used_count", uint32_t{2});
+  ModelHparams hp = ModelHparams::from_metadata(m);
+  EXPECT_EQ(hp.n_expert, 8u);
+  EXPECT_EQ(hp.n_expert_used, 2u);
+  EXPECT_EQ(hp.n_ff_expert, 384u);
+
+  m.set("llama.expert_used_count", uint32_t{9});
+  std::string message = error_of(m);
+  EXPECT_TRUE(contains(message, "llama.expert_used_count")) << message;
+  m.set("llama.expert_used_count", uint32_t{0});
+  EXPECT_TRUE(contains(error_of(m), "llama.expert_used_count"));
+
+  gguf::Metadata q;
+  q.set("general.architecture", "qwen3moe");
+  q.set("qwen3moe.block_count", uint32_t{2});
+  q.set("qwen3moe.embedding_length", uint32_t{64});
+  q.set("qwen3moe.feed_forward_length", uint32_t{192});
+  q.set("qwen3moe.attention.head_count", uint32_t{4});
+  q.set("qwen3moe.context_length", uint32_t{512});
+  q.set("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
+  q.set("qwen3moe.vocab_size", uint32_t{100});
+  EXPECT_TRUE(contains(error_of(q), "qwen3moe.expert_count"));
+  q.set("qwen3moe.expert_count", uint32_t{8});
+  q.set("qwen3moe.expert_used_count", uint32_t{2});
+  EXPECT_EQ(ModelHparams::from_metadata(q).n_ff_expert, 96u);
+  q.set("qwen3moe.expert_feed_forward_length", uint32_t{32});
+  EXPECT_EQ(ModelHparams::from_metadata(q).n_ff_expert, 32u);
+}

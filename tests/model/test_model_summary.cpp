@@ -234,14 +234,37 @@ TEST(ModelSummary, RunnabilityIsWhatTheLoaderSays) {
 
   const auto path = m40::test::shared_model("arch/tiny-mixtral-F32.gguf");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared data missing";
-  const auto moe = summary_of("arch/tiny-mixtral-F32.gguf");
-  EXPECT_TRUE(moe.architecture_known);
-  EXPECT_FALSE(moe.architecture_runnable);
-  EXPECT_NE(moe.not_runnable_reason.find("mixture-of-experts"), std::string::npos) << moe.not_runnable_reason;
-
-  for (const char* stem : {"qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3", "granite", "smollm3"}) {
+  for (const char* stem :
+       {"qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3", "granite", "smollm3", "qwen3moe", "mixtral"}) {
     const auto s = summary_of(std::string("arch/tiny-") + stem + "-F32.gguf");
     EXPECT_TRUE(s.architecture_runnable) << stem << ": " << s.not_runnable_reason;
     EXPECT_TRUE(s.unused_tensors.empty()) << stem << " leaves " << s.unused_tensors.front() << " unread";
   }
+}
+
+// A mixture-of-experts file lists its experts and the parameters one token
+// computes with (the README's shapes: qwen3moe 2 layers of 8 experts
+// 64 → 32 → 64, 2 used; Mixtral 2 layers of 4 experts 128 → 64 → 128, 2 used).
+TEST(ModelSummary, ExpertsAndActiveParameters) {
+  const auto path = m40::test::shared_model("arch/tiny-qwen3moe-F32.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared data missing";
+  const auto qwen = summary_of("arch/tiny-qwen3moe-F32.gguf");
+  ASSERT_TRUE(qwen.has_experts());
+  EXPECT_EQ(qwen.expert_count, 8u);
+  EXPECT_EQ(qwen.expert_used_count, 2u);
+  EXPECT_EQ(qwen.expert_feed_forward_length, 32u);
+  EXPECT_EQ(qwen.parameter_count, 280000u);
+  const uint64_t qwen_experts = 2 * 3 * 64 * 32 * 8;
+  EXPECT_EQ(qwen.active_parameter_count, 280000u - qwen_experts + qwen_experts / 8 * 2);
+
+  const auto mixtral = summary_of("arch/tiny-mixtral-Q8_0.gguf");
+  EXPECT_EQ(mixtral.expert_count, 4u);
+  EXPECT_EQ(mixtral.expert_used_count, 2u);
+  EXPECT_EQ(mixtral.expert_feed_forward_length, 64u);  // llama: feed_forward_length is the expert width
+  EXPECT_EQ(mixtral.parameter_count, 427648u);
+  EXPECT_EQ(mixtral.active_parameter_count, 427648u - 2 * 3 * 128 * 64 * 4 / 2);
+
+  const auto dense = summary_of("arch/tiny-qwen3-F32.gguf");
+  EXPECT_FALSE(dense.has_experts());
+  EXPECT_FALSE(dense.active_parameter_count);
 }

@@ -147,3 +147,33 @@ TEST_F(ModelWeightsLoad, ABlockCountBeyondTheTensorsIsRefusedBeforeAllocating) {
                       "llama.block_count is " + std::to_string(n_layer) + ", but the file holds only 21 tensors");
   }
 }
+
+// Mixture-of-experts files: each expert tensor holds expert_count slices of
+// the expert's shape; a missing one, a wrong slice count and routers without
+// an expert count are named.
+TEST_F(ModelWeightsLoad, ExpertTensorsAreCheckedSliceBySlice) {
+  const std::string moe = "arch/tiny-mixtral-F32.gguf";
+  if (!std::filesystem::exists(test::shared_model(moe))) GTEST_SKIP() << "shared data missing";
+  {
+    auto m = model::LoadedModel::open(test::shared_model(moe).string());
+    const auto& l = m->weights.layers[1];
+    ASSERT_EQ(l.down_exps.size(), 4u);
+    EXPECT_EQ(l.down_exps[3].cols, 64u);
+    EXPECT_EQ(l.down_exps[3].rows, 128u);
+    EXPECT_EQ(l.down_exps[3].data, l.down_exps[0].data + 3 * 128 * l.down_exps[0].row_bytes);
+  }
+  expect_load_error(rewritten(moe, [](const gguf::TensorInfo& t, auto&, auto&) {
+                      return t.name != "blk.1.ffn_up_exps.weight";
+                    }),
+                    "lacks tensor 'blk.1.ffn_up_exps.weight'");
+  expect_load_error(rewritten(moe,
+                              [](const gguf::TensorInfo& t, std::vector<uint64_t>& dims, auto&) {
+                                if (t.name == "blk.0.ffn_gate_exps.weight") dims[2] = 3;
+                                return true;
+                              }),
+                    "tensor 'blk.0.ffn_gate_exps.weight' has shape [128, 64, 3], expected [128, 64, 4]");
+  expect_load_error(rewritten(
+                        moe, [](const gguf::TensorInfo&, auto&, auto&) { return true; },
+                        [](gguf::Metadata& md) { md.set("llama.expert_count", uint32_t{0}); }),
+                    "llama.expert_count");
+}

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/moe.h"
 #include "common/error.h"
 
 namespace m40::cpu {
@@ -69,7 +70,8 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
   const int head_dim = static_cast<int>(hp.head_dim());
 
   std::vector<float> x(n * n_embd), xn(n * n_embd), q(n * q_dim), k(n * kv_dim), v(n * kv_dim);
-  std::vector<float> attn(n * q_dim), proj(n * n_embd), gate(n * n_ff), up(n * n_ff);
+  const int64_t dense_ff = hp.has_experts() ? 0 : n * n_ff;  // expert layers keep their own buffers (moe_ffn)
+  std::vector<float> attn(n * q_dim), proj(n * n_embd), gate(dense_ff), up(dense_ff);
 
   for (int64_t t = 0; t < n; ++t) get_row(weights_.token_embd, batch.tokens[t], x.data() + t * n_embd);
   if (hp.embedding_scale != 1.0f) scale(x.data(), n * n_embd, hp.embedding_scale);
@@ -133,14 +135,18 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(x.data() + t * n_embd, ffn_norm_[layer].data(), xn.data() + t * n_embd, n_embd, hp.rms_eps);
     }
-    matmul(w.w_gate, xn.data(), n, gate.data(), pool_);
-    matmul(w.w_up, xn.data(), n, up.data(), pool_);
-    if (hp.desc->activation == model::FfnActivation::GeluTanh) {
-      gelu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
+    if (w.has_experts()) {
+      moe_ffn(w, static_cast<int>(hp.n_expert_used), xn.data(), n, n_embd, proj.data(), pool_);
     } else {
-      silu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
+      matmul(w.w_gate, xn.data(), n, gate.data(), pool_);
+      matmul(w.w_up, xn.data(), n, up.data(), pool_);
+      if (hp.desc->activation == model::FfnActivation::GeluTanh) {
+        gelu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
+      } else {
+        silu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
+      }
+      matmul(w.w_down, gate.data(), n, proj.data(), pool_);
     }
-    matmul(w.w_down, gate.data(), n, proj.data(), pool_);
     add_branch(post_ffn_norm_[layer]);
   }
 

@@ -44,6 +44,10 @@ CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelW
     throw Error("the CUDA attention takes heads of a multiple of 4 values up to 128, or of 8 up to 256; " +
                 hparams.architecture + " has " + std::to_string(hparams.head_dim()) + ": use --cpu");
   }
+  if (weights.has_experts()) {
+    throw Error("the CUDA backend does not run mixture-of-experts layers yet (" + hparams.architecture + ", " +
+                std::to_string(hparams.n_expert) + " experts): use --cpu");
+  }
   const int count = device_count();
   if (count == 0) throw Error("no CUDA GPU is available: use --cpu");
   if (options.device < 0 || options.device >= count) {

@@ -433,6 +433,26 @@ TEST(CudaBackend, AModelOverTheBudgetIsRefusedWithTheNumbers) {
   }
 }
 
+// Mixture-of-experts layers run on the CPU backend only: the CUDA backend
+// refuses such a model by name when it is made (before any GPU work, so
+// with or without a GPU), never running it without its experts.
+TEST(CudaBackend, AMixtureOfExpertsModelIsRefusedByName) {
+  for (const char* stem : {"arch/tiny-qwen3moe-Q8_0.gguf", "arch/tiny-mixtral-F32.gguf"}) {
+    const auto path = test::shared_model(stem);
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared model missing: " << path;
+    auto model = model::LoadedModel::open(path.string());
+    cuda::CudaBackendOptions o;
+    o.n_ctx = 64;
+    try {
+      cuda::CudaBackend backend(model->hparams, model->weights, o);
+      FAIL() << stem << ": expected a refusal";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("mixture-of-experts"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--cpu"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(CudaBackend, BadBatchesAreRefusedBeforeAnyGpuWork) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
   auto path = test::shared_model("TinyStories-656K-Q8_0.gguf");
