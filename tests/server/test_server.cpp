@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/backend_factory.h"
+#include "event_streams.h"
 #include "engine/generator.h"
 #include "engine/scheduler.h"
 #include "in_process_server.h"
@@ -50,26 +51,8 @@ class ServerTest : public test::InProcessServerTest {
   std::shared_ptr<Pacing> pacing_ = std::make_shared<Pacing>();
 };
 
-// The `data:` payloads of a Server-Sent Events body, in order.
-std::vector<std::string> sse_data(const std::string& body) {
-  std::vector<std::string> out;
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
-  }
-  return out;
-}
-
-std::vector<json> ndjson_lines(const std::string& body) {
-  std::vector<json> out;
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) out.push_back(json::parse(line));
-  }
-  return out;
-}
+using test::ndjson_lines;
+using test::sse_data;
 
 // What engine::Generator produces for the same tokens and settings.
 std::string generator_text(const std::vector<int32_t>& prompt, int max_tokens, std::vector<std::string> stop = {}) {

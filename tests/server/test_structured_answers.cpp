@@ -26,6 +26,7 @@
 #include <string>
 
 #include "chat/chat_template.h"
+#include "event_streams.h"
 #include "in_process_server.h"
 #include "test_paths.h"
 #include "tokenizer/vocab.h"
@@ -108,15 +109,7 @@ void expect_weather_arguments(const json& args) {
   EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << args.dump();
 }
 
-std::vector<std::string> sse_data(const std::string& body) {
-  std::vector<std::string> out;
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
-  }
-  return out;
-}
+using test::sse_data;
 
 class StructuredAnswerTest : public test::InProcessServerTest {
  protected:
