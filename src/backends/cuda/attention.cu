@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/attention_variants.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
@@ -831,7 +832,6 @@ int next_pow2(int v) {
   return p;
 }
 
-bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 
 template <class Rows, int C, int HB>

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/layer_kernels.h"
 #include "common/error.h"
@@ -119,7 +120,6 @@ __global__ void __launch_bounds__(kThreads) scale_and_cap_kernel(float* x, int64
 
 int blocks_for(int64_t items) { return static_cast<int>(std::min((items + kThreads - 1) / kThreads, kMaxBlocks)); }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 void check_count(const char* op, int64_t n) {
   if (n < 0) throw Error(std::string(op) + ": negative value count " + std::to_string(n));

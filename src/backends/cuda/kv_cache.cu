@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/kv_blocks.h"
 #include "backends/cuda/layer_kernels.h"
@@ -116,7 +117,6 @@ __global__ void __launch_bounds__(kThreads) kv_append_q8_0_kernel(AppendArgs a) 
   }
 }
 
-bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 // serves any shape and alignment. The fast kernels are in matmul_matvec.cu
 // (decode) and matmul_gemm.cu (prefill); the weight decoders they share are in
 // matmul_decode.cuh. docs/cuda-kernels.md ("Matmul") describes the design.
+#include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/matmul.h"
 
 #include <algorithm>
@@ -110,7 +111,6 @@ std::string type_name(TensorType type) {
   return "type id " + std::to_string(static_cast<uint32_t>(type));
 }
 
-bool is_aligned(const void* p, size_t alignment) { return reinterpret_cast<uintptr_t>(p) % alignment == 0; }
 
 // Checks the product and returns it in the kernels' terms; throws m40::Error
 // naming the problem.
@@ -141,11 +141,11 @@ mm::Product checked_product(const char* what, const DeviceWeight& w, const float
   }
   // Block structs hold 16-bit fields; F32 rows are read as floats.
   const size_t alignment = w.type == TensorType::F32 ? 4 : 2;
-  if (!is_aligned(w.data, alignment) || w.row_bytes % alignment != 0) {
+  if (!aligned(w.data, alignment) || w.row_bytes % alignment != 0) {
     throw Error(where + type_name(w.type) + " weights must be " + std::to_string(alignment) +
                 "-byte aligned (rows and start)");
   }
-  if (!is_aligned(x, 4) || !is_aligned(y, 4) || !is_aligned(residual, 4)) {
+  if (!aligned(x, 4) || !aligned(y, 4) || !aligned(residual, 4)) {
     throw Error(where + "activations must be float-aligned");
   }
   const bool work = w.rows > 0 && n_tokens > 0;
@@ -182,7 +182,7 @@ bool fast_path_fits(const mm::Product& p) {
     case TensorType::IQ4_XS: alignment = 8; break;  // 8-byte loads of the 136-byte blocks
     default: break;
   }
-  return p.cols % unit == 0 && is_aligned(p.w, alignment) && p.row_bytes % alignment == 0 && is_aligned(p.x, 16);
+  return p.cols % unit == 0 && aligned(p.w, alignment) && p.row_bytes % alignment == 0 && aligned(p.x, 16);
 }
 
 // W x = 0 for an empty row: y = residual (or zeros).

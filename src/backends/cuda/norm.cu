@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/warp_reduce.cuh"
@@ -54,7 +55,6 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/warp_reduce.cuh"
@@ -145,7 +146,6 @@ __global__ void __launch_bounds__(kJoinThreads) add_branch_vec_kernel(JoinArgs a
   }
 }
 
-bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Launches the register-resident kernel with just enough float4s per thread.
 template <int kVecs>
@@ -173,8 +173,8 @@ void add_branch(float* x, const float* branch, const BranchJoin& join, int n_row
   }
   if (n_rows == 0) return;
   const JoinArgs a{x, branch, join.bias, join.post_norm, join.eps, join.scale, n, next.weight, next.out};
-  const bool vec = n % 4 == 0 && aligned16(x) && aligned16(branch) && aligned16(join.bias) &&
-                   aligned16(join.post_norm) && aligned16(next.weight) && aligned16(next.out);
+  const bool vec = n % 4 == 0 && aligned16_or_absent(x) && aligned16_or_absent(branch) && aligned16_or_absent(join.bias) &&
+                   aligned16_or_absent(join.post_norm) && aligned16_or_absent(next.weight) && aligned16_or_absent(next.out);
   if (!vec || !launch_vec<1>(a, n_rows, stream)) add_branch_kernel<<<n_rows, kJoinThreads, 0, stream>>>(a);
   M40_CUDA_CHECK_LAUNCH();
 }
