@@ -60,9 +60,14 @@ int run_gen_model(const GenModelOptions& o) {
   options.tokenizer_source = &tokenizer;
 
   const auto start = std::chrono::steady_clock::now();
-  std::fprintf(stderr, "writing %s: shape %s (%s, %u layers, embd %u, ff %u, heads %u/%u of %u), weights %s\n",
+  std::string experts;
+  if (shape->n_expert != 0) {
+    experts = ", " + std::to_string(shape->n_expert_used) + " of " + std::to_string(shape->n_expert) +
+              " experts of ff " + std::to_string(shape->expert_width());
+  }
+  std::fprintf(stderr, "writing %s: shape %s (%s, %u layers, embd %u, ff %u, heads %u/%u of %u%s), weights %s\n",
                o.output.c_str(), shape->name.c_str(), shape->architecture.c_str(), shape->n_layer, shape->n_embd,
-               shape->n_ff, shape->n_head, shape->n_head_kv, shape->head_width(), o.type.c_str());
+               shape->n_ff, shape->n_head, shape->n_head_kv, shape->head_width(), experts.c_str(), o.type.c_str());
   const model::SyntheticReport report = model::write_synthetic_llama(options, o.output);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const auto& note : report.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
@@ -80,7 +85,8 @@ void register_gen_model_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "gen-model",
       "Write a synthetic model with random weights in a real model's shape and architecture\n"
-      "(llama, qwen2, qwen3, gemma2, gemma3, phi3), for benchmarks and tests.\n"
+      "(llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3; mixture-of-experts shapes\n"
+      "qwen3-30b-a3b and mixtral-8x7b), for benchmarks and tests.\n"
       "Example: m40-llm gen-model llama2-7b-q4km.gguf --shape llama2-7b --type q4_k_m "
       "--tokenizer-from llama-2-tiny-random.gguf");
   cmd->add_option("OUTPUT", opts->output, "Path of the GGUF file to write")->required();
@@ -96,7 +102,7 @@ void register_gen_model_command(CLI::App& app) {
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
   cmd->add_option("--layers", opts->layers, "Override the number of layers");
   cmd->add_option("--embd", opts->embd, "Override the embedding length");
-  cmd->add_option("--ff", opts->ff, "Override the feed-forward length");
+  cmd->add_option("--ff", opts->ff, "Override the feed-forward length (Mixtral shapes: of each expert)");
   cmd->add_option("--heads", opts->heads, "Override the number of attention heads");
   cmd->add_option("--kv-heads", opts->kv_heads, "Override the number of KV heads");
   cmd->add_option("--head-dim", opts->head_dim,

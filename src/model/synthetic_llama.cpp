@@ -57,6 +57,15 @@ const std::map<std::string, SyntheticShape>& shapes() {
         {.name = "phi4-14b", .n_layer = 40, .n_embd = 5120, .n_ff = 17920, .n_head = 40, .n_head_kv = 10,
          .context_length = 16384, .rope_freq_base = 250000.0f, .rms_eps = 1e-5f, .architecture = "phi3",
          .sliding_window = 0, .rope_original_context_length = 16384},
+        // Qwen3-30B-A3B: 128 experts of 768, 8 used; feed_forward_length is
+        // its config's (unused) dense intermediate_size.
+        {.name = "qwen3-30b-a3b", .n_layer = 48, .n_embd = 2048, .n_ff = 6144, .n_head = 32, .n_head_kv = 4,
+         .context_length = 40960, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen3moe",
+         .head_dim = 128, .n_expert = 128, .n_expert_used = 8, .n_ff_expert = 768},
+        // Mixtral 8x7B: a llama with 8 experts of 14336, 2 used.
+        {.name = "mixtral-8x7b", .n_layer = 32, .n_embd = 4096, .n_ff = 14336, .n_head = 32, .n_head_kv = 8,
+         .context_length = 32768, .rope_freq_base = 1000000.0f, .rms_eps = 1e-5f, .n_expert = 8,
+         .n_expert_used = 2},
         {.name = "tiny-qwen2", .n_layer = 2, .n_embd = 128, .n_ff = 128, .n_head = 4, .n_head_kv = 2,
          .context_length = 32768, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen2",
          .tied_output = true},
@@ -74,6 +83,12 @@ const std::map<std::string, SyntheticShape>& shapes() {
         {.name = "tiny-phi3", .n_layer = 2, .n_embd = 128, .n_ff = 128, .n_head = 4, .n_head_kv = 2,
          .context_length = 16384, .rope_freq_base = 250000.0f, .rms_eps = 1e-5f, .architecture = "phi3",
          .sliding_window = 0, .rope_original_context_length = 16384},
+        {.name = "tiny-qwen3moe", .n_layer = 2, .n_embd = 64, .n_ff = 192, .n_head = 4, .n_head_kv = 2,
+         .context_length = 40960, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen3moe",
+         .head_dim = 32, .n_expert = 8, .n_expert_used = 2, .n_ff_expert = 32},
+        {.name = "tiny-mixtral", .n_layer = 2, .n_embd = 128, .n_ff = 64, .n_head = 4, .n_head_kv = 2,
+         .context_length = 32768, .rope_freq_base = 1000000.0f, .rms_eps = 1e-5f, .tied_output = true,
+         .n_expert = 4, .n_expert_used = 2},
     };
     std::map<std::string, SyntheticShape> by_name;
     for (const SyntheticShape& s : list) by_name.emplace(s.name, s);
@@ -129,9 +144,10 @@ bool is_quantized(TensorType type) { return type != TensorType::F32 && type != T
 
 // The type llama-quantize gives `matrix` of `layer` (rows of `row_length`):
 // llama_tensor_get_type in llama.cpp's src/llama-quant.cpp, for a model
-// quantized without an importance matrix (its extra rules for 70B, Falcon and
-// mixture-of-experts models are left out). The output head is Q6_K for every
-// quantized type but Q8_0 (Q8_0 when its rows do not fit the recipe's
+// quantized without an importance matrix (its extra rules for 70B and Falcon
+// are left out; those for 8-expert models, Mixtral's, are kept). Expert
+// tensors (*_exps) are typed as the dense matrices of their role. The output
+// head is Q6_K for every quantized type but Q8_0 (Q8_0 when its rows do not fit the recipe's
 // blocks); a tied token_embd is the head and is typed as one, an untied one
 // keeps the recipe's type. Each mix raises some of attn_v, attn_output and
 // ffn_down; attn_v further when 4 or more query heads share a KV head
@@ -145,6 +161,18 @@ TensorType matrix_type(const Recipe& recipe, Matrix matrix, uint32_t layer, cons
     if (!is_quantized(base)) return base;
     if (row_length % gguf::tensor_type_traits(base).block_size != 0) return TensorType::Q8_0;
     return base != TensorType::Q8_0 ? TensorType::Q6_K : base;
+  }
+  // "for the 8-expert model, bumping this to Q8_0 trades just ~128MB" (in
+  // quantized files only: llama-quantize types an F16 or F32 file plainly).
+  if (!is_quantized(base)) return base;
+  if (s.n_expert == 8 && (matrix == Matrix::kAttnK || matrix == Matrix::kAttnV || matrix == Matrix::kAttnQkv)) {
+    return TensorType::Q8_0;
+  }
+  if (s.n_expert == 8 && matrix == Matrix::kAttnOutput) {
+    const bool raised = recipe.mix == Mix::kQ2_K || recipe.mix == Mix::kQ3_K_M || recipe.mix == Mix::kIQ4 ||
+                        recipe.mix == Mix::kQ4_K_S || recipe.mix == Mix::kQ4_K_M ||
+                        (recipe.mix == Mix::kNone && base == TensorType::Q3_K);  // Q3_K_S
+    return raised ? TensorType::Q5_K : base;
   }
   const bool grouped_kv = s.n_head / s.n_head_kv >= 4;
   switch (matrix) {
@@ -216,6 +244,8 @@ struct LayerDims {
   uint64_t n_embd, n_ff, head_dim;
   uint64_t q_width;   // n_head × head_dim
   uint64_t kv_width;  // n_head_kv × head_dim
+  uint64_t n_expert;     // 0: a dense FFN
+  uint64_t n_ff_expert;  // one expert's FFN width
 };
 
 // Collects a model's tensors in file order, each typed as llama-quantize
@@ -234,6 +264,17 @@ class TensorPlanner {
   void matrix(std::string name, Matrix role, uint32_t layer, uint64_t cols, uint64_t rows) {
     matrix(std::move(name), role, layer, cols, rows, 1.0f / std::sqrt(static_cast<float>(cols)));
   }
+  // n_expert matrices of `role` stacked in one 3-D tensor, as
+  // llama.cpp's converter merges the experts.
+  void experts(std::string name, Matrix role, uint32_t layer, uint64_t cols, uint64_t rows, uint64_t n_expert) {
+    const TensorType wanted = matrix_type(recipe_, role, layer, shape_, cols);
+    add({name, fitting_type(wanted, cols, name, plan_.notes), {cols, rows, n_expert}, 0.0f,
+         1.0f / std::sqrt(static_cast<float>(cols))});
+  }
+  // A matrix llama-quantize leaves in F32 (the expert router).
+  void f32_matrix(std::string name, uint64_t cols, uint64_t rows) {
+    add({std::move(name), TensorType::F32, {cols, rows}, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols))});
+  }
   void norm(std::string name, uint64_t n) { add({std::move(name), TensorType::F32, {n}, 1.0f, 0.1f}); }
   void bias(std::string name, uint64_t n) { add({std::move(name), TensorType::F32, {n}, 0.0f, 0.02f}); }
 
@@ -242,6 +283,8 @@ class TensorPlanner {
     uint64_t elements = 1;
     for (uint64_t d : t.dims) elements *= d;
     plan_.parameter_count += elements;
+    const gguf::TensorTypeTraits traits = gguf::tensor_type_traits(t.type);
+    plan_.tensor_bytes += elements / traits.block_size * traits.bytes_per_block;
     plan_.tensors.push_back(std::move(t));
   }
   const SyntheticShape& shape_;
@@ -261,6 +304,10 @@ struct Layer {
   void matrix(const char* suffix, Matrix role, uint64_t cols, uint64_t rows) {
     planner.matrix(name(suffix), role, index, cols, rows);
   }
+  void experts(const char* suffix, Matrix role, uint64_t cols, uint64_t rows) {
+    planner.experts(name(suffix), role, index, cols, rows, d.n_expert);
+  }
+  void f32_matrix(const char* suffix, uint64_t cols, uint64_t rows) { planner.f32_matrix(name(suffix), cols, rows); }
 };
 
 struct Architecture;
@@ -277,6 +324,9 @@ struct Architecture {
   bool writes_rope_dimension_count = false;  // rope.dimension_count (llama, phi3)
   bool writes_vocab_size = false;            // vocab_size (llama)
   bool output_always_tied = false;           // llama.cpp never reads an output.weight (gemma2)
+  bool may_have_experts = false;             // expert_count / expert_used_count when the shape has experts (llama)
+  bool experts_required = false;             // (qwen3moe)
+  bool writes_expert_ff_length = false;      // expert_feed_forward_length (qwen3moe)
 };
 
 void separate_qkv(Layer& l, bool biases) {
@@ -297,6 +347,13 @@ void qk_norms(Layer& l) {
 
 void gated_ffn(Layer& l) {
   l.norm("ffn_norm.weight", l.d.n_embd);
+  if (l.d.n_expert != 0) {
+    l.f32_matrix("ffn_gate_inp.weight", l.d.n_embd, l.d.n_expert);
+    l.experts("ffn_gate_exps.weight", Matrix::kFfnGate, l.d.n_embd, l.d.n_ff_expert);
+    l.experts("ffn_up_exps.weight", Matrix::kFfnUp, l.d.n_embd, l.d.n_ff_expert);
+    l.experts("ffn_down_exps.weight", Matrix::kFfnDown, l.d.n_ff_expert, l.d.n_embd);
+    return;
+  }
   l.matrix("ffn_gate.weight", Matrix::kFfnGate, l.d.n_embd, l.d.n_ff);
   l.matrix("ffn_up.weight", Matrix::kFfnUp, l.d.n_embd, l.d.n_ff);
   l.matrix("ffn_down.weight", Matrix::kFfnDown, l.d.n_ff, l.d.n_embd);
@@ -337,9 +394,20 @@ void phi3_block(Layer& l, const Architecture&) {
 // As llama.cpp's src/models/<arch>.cpp loads them and its converter
 // (convert_hf_to_gguf.py) writes them.
 constexpr Architecture kArchitectures[] = {
-    {.name = "llama", .block = llama_block, .writes_rope_dimension_count = true, .writes_vocab_size = true},
+    {.name = "llama",
+     .block = llama_block,
+     .writes_rope_dimension_count = true,
+     .writes_vocab_size = true,
+     .may_have_experts = true},
     {.name = "qwen2", .block = llama_block, .qkv_bias = true},
     {.name = "qwen3", .block = llama_block, .qk_norm = true, .writes_head_dim = true},
+    {.name = "qwen3moe",
+     .block = llama_block,
+     .qk_norm = true,
+     .writes_head_dim = true,
+     .may_have_experts = true,
+     .experts_required = true,
+     .writes_expert_ff_length = true},
     {.name = "gemma2", .block = gemma_block, .writes_head_dim = true, .output_always_tied = true},
     {.name = "gemma3", .block = gemma_block, .qk_norm = true, .writes_head_dim = true},
     {.name = "phi3", .block = phi3_block, .writes_rope_dimension_count = true},
@@ -375,6 +443,17 @@ void validate(const SyntheticShape& s, const Architecture& arch) {
                 " KV heads");
   }
   if (s.head_width() % 2 != 0) throw Error("the head dimension must be even for RoPE");
+  if (arch.experts_required && s.n_expert == 0) {
+    throw Error("the " + s.architecture + " architecture has mixture-of-experts layers: give it experts");
+  }
+  if (s.n_expert != 0 && !arch.may_have_experts) {
+    throw Error("the " + s.architecture + " architecture has no mixture-of-experts layers: leave the experts unset");
+  }
+  if (s.n_expert != 0 && (s.n_expert_used == 0 || s.n_expert_used > s.n_expert)) {
+    throw Error("experts used per token (" + std::to_string(s.n_expert_used) + ") must be between 1 and " +
+                std::to_string(s.n_expert));
+  }
+  if (s.n_expert > 512) throw Error("at most 512 experts (" + std::to_string(s.n_expert) + " asked)");
   if (arch.output_always_tied && !s.tied_output) {
     throw Error("the " + s.architecture + " architecture always uses token_embd as its output head: tie it");
   }
@@ -400,10 +479,15 @@ void set_hparams(gguf::Metadata& m, const SyntheticShape& s, const Architecture&
   m.set(p + "rope.freq_base", gguf::Value(s.rope_freq_base));
   m.set(p + "attention.layer_norm_rms_epsilon", gguf::Value(s.rms_eps));
   if (arch.writes_vocab_size) m.set(p + "vocab_size", gguf::Value(static_cast<uint32_t>(n_vocab)));
+  if (s.n_expert != 0) {
+    m.set(p + "expert_count", gguf::Value(s.n_expert));
+    m.set(p + "expert_used_count", gguf::Value(s.n_expert_used));
+  }
   if (arch.writes_head_dim) {
     m.set(p + "attention.key_length", gguf::Value(s.head_width()));
     m.set(p + "attention.value_length", gguf::Value(s.head_width()));
   }
+  if (arch.writes_expert_ff_length) m.set(p + "expert_feed_forward_length", gguf::Value(s.expert_width()));
   if (s.attn_logit_softcapping != 0.0f) m.set(p + "attn_logit_softcapping", gguf::Value(s.attn_logit_softcapping));
   if (s.final_logit_softcapping != 0.0f) {
     m.set(p + "final_logit_softcapping", gguf::Value(s.final_logit_softcapping));
@@ -455,7 +539,7 @@ SyntheticPlan plan_synthetic_model(const SyntheticShape& s, const std::string& r
   SyntheticPlan plan;
   TensorPlanner planner(s, recipe, plan);
   const LayerDims dims{s.n_embd, s.n_ff, s.head_width(), uint64_t{s.n_head} * s.head_width(),
-                       uint64_t{s.n_head_kv} * s.head_width()};
+                       uint64_t{s.n_head_kv} * s.head_width(), s.n_expert, s.expert_width()};
   const float head_stddev = 4.0f / std::sqrt(static_cast<float>(s.n_embd));
   // A tied token_embd is also the output head, so it is drawn at the head's scale.
   planner.matrix("token_embd.weight", Matrix::kTokenEmbd, 0, s.n_embd, n_vocab, s.tied_output ? head_stddev : 1.0f);
@@ -502,7 +586,9 @@ SyntheticReport write_synthetic_llama(const SyntheticOptions& options, const std
     const SyntheticTensor& t = plan.tensors[index];
     const uint64_t tensor_seed = options.seed * 0x100000001B3ull + index;
     writer.add_tensor(t.name, t.type, t.dims, [t, tensor_seed, threads](std::span<uint8_t> out) {
-      const int64_t rows = static_cast<int64_t>(t.dims.size() > 1 ? t.dims[1] : 1);
+      uint64_t all_rows = 1;  // a 3-D expert tensor: rows of every expert
+      for (size_t d = 1; d < t.dims.size(); ++d) all_rows *= t.dims[d];
+      const int64_t rows = static_cast<int64_t>(all_rows);
       const int64_t row_length = static_cast<int64_t>(t.dims[0]);
       const uint64_t row_bytes = out.size() / static_cast<uint64_t>(rows);
       parallel_for(rows, threads, [&](int64_t begin, int64_t end) {

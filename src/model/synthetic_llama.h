@@ -1,7 +1,7 @@
 // Synthetic models: real GGUF files of any shape with seeded random weights
 // stored as valid blocks of the chosen type. They let benchmarks run on 7B
 // shapes without downloading anything. Each shape names its architecture
-// (llama, qwen2, qwen3, gemma2, gemma3, phi3), and the file carries exactly
+// (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3), and the file carries exactly
 // the tensors and hyperparameter keys that llama.cpp's converter writes for
 // that architecture, so llama.cpp loads it too.
 #pragma once
@@ -40,8 +40,18 @@ struct SyntheticShape {
   float final_logit_softcapping = 0.0f;
   float rope_scaling_linear_factor = 0.0f;  // rope.scaling.type "linear" and its factor
   uint32_t rope_original_context_length = 0;
+  // Mixture-of-experts layers (0 experts: a dense FFN): a router
+  // ffn_gate_inp [n_embd, n_expert] and ffn_{gate,up,down}_exps holding one
+  // n_ff_expert-wide FFN per expert. llama (Mixtral) has no key for the
+  // expert width, which is then n_ff; qwen3moe writes
+  // expert_feed_forward_length and keeps feed_forward_length for the dense
+  // intermediate size of its config.
+  uint32_t n_expert = 0;
+  uint32_t n_expert_used = 0;
+  uint32_t n_ff_expert = 0;  // 0: n_ff
 
   uint32_t head_width() const { return head_dim != 0 ? head_dim : n_embd / n_head; }
+  uint32_t expert_width() const { return n_ff_expert != 0 ? n_ff_expert : n_ff; }
 };
 
 // The named shapes; nothing for an unknown name.
@@ -54,7 +64,7 @@ std::vector<std::string> synthetic_architectures();
 // matrix but the output head ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0",
 // "q5_1", "q5_k", "q6_k", "q3_k_s"), or llama.cpp's mixes that give some
 // matrices more bits ("q2_k", "q3_k_m", "q3_k_l", "q4_k" (Q4_K_S), "q4_k_m",
-// "iq4_nl", "iq4_xs").
+// "iq4_nl", "iq4_xs"). Expert routers stay F32, as llama-quantize keeps them.
 std::vector<std::string> synthetic_weight_recipes();
 
 // One tensor of a synthetic model, as it will be stored.
@@ -69,6 +79,7 @@ struct SyntheticTensor {
 struct SyntheticPlan {
   std::vector<SyntheticTensor> tensors;  // in file order
   uint64_t parameter_count = 0;
+  uint64_t tensor_bytes = 0;  // the tensors' data, without the header and alignment padding
   std::vector<std::string> notes;  // e.g. tensors that fell back to another type
 };
 

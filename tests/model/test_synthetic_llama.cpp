@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "gguf/file.h"
+#include "model/loaded_model.h"
 #include "model/synthetic_llama.h"
 #include "quant/dequantize.h"
 #include "test_paths.h"
@@ -294,6 +295,8 @@ const std::vector<ArchCase>& arch_cases() {
        {"phi3.rope.scaling.attn_factor"},
        {"phi3.context_length", "phi3.rope.freq_base", "phi3.attention.sliding_window",
         "phi3.rope.scaling.original_context_length"}},
+      {"tiny-qwen3moe", "tiny-qwen3moe", {}, {}, {}, {}},
+      {"tiny-mixtral", "tiny-mixtral", {}, {}, {}, {}},
   };
   return cases;
 }
@@ -538,4 +541,118 @@ TEST(SyntheticArchitectures, EveryArchitectureHasATinyShape) {
     }
     EXPECT_TRUE(found) << arch;
   }
+}
+
+// The mixture-of-experts shapes load as the loader reads llama.cpp's files:
+// their experts counted, each expert a slice of the 3-D *_exps tensors, the
+// router in F32 whatever the recipe.
+TEST(SyntheticExperts, TinyShapesLoadWithTheirExperts) {
+  const auto tok_path = test::shared_model("TinyStories-656K-Q8_0.gguf");
+  if (!std::filesystem::exists(tok_path)) GTEST_SKIP() << "shared models not found";
+  gguf::File tokenizer = gguf::File::open(tok_path.string());
+  struct Case {
+    const char* shape;
+    const char* architecture;
+    uint32_t n_expert, n_used, n_ff_expert;
+  };
+  for (const Case c : {Case{"tiny-qwen3moe", "qwen3moe", 8, 2, 32}, Case{"tiny-mixtral", "llama", 4, 2, 64}}) {
+    for (const char* recipe : {"f32", "f16", "q8_0", "q4_k_m"}) {
+      SCOPED_TRACE(std::string(c.shape) + " " + recipe);
+      model::SyntheticOptions o;
+      o.shape = *model::synthetic_shape(c.shape);
+      o.recipe = recipe;
+      o.tokenizer_source = &tokenizer;
+      auto path = temp_model(std::string("moe_") + c.shape + "_" + recipe);
+      model::write_synthetic_llama(o, path.string());
+      const auto model = model::LoadedModel::open(path.string());
+      EXPECT_EQ(model->hparams.architecture, c.architecture);
+      EXPECT_EQ(model->hparams.n_expert, c.n_expert);
+      EXPECT_EQ(model->hparams.n_expert_used, c.n_used);
+      EXPECT_EQ(model->hparams.n_ff_expert, c.n_ff_expert);
+      ASSERT_TRUE(model->weights.has_experts());
+      for (const auto& l : model->weights.layers) {
+        ASSERT_EQ(l.gate_exps.size(), c.n_expert);
+        ASSERT_EQ(l.down_exps.size(), c.n_expert);
+        EXPECT_EQ(l.ffn_gate_inp.type, TensorType::F32);
+        EXPECT_FALSE(l.w_gate.present());
+      }
+      EXPECT_TRUE(model->weights.unused_tensors.empty());
+      std::filesystem::remove(path);
+    }
+  }
+}
+
+// Qwen3-30B-A3B and Mixtral 8x7B with their own vocabularies have the
+// released checkpoints' parameter counts.
+TEST(SyntheticExperts, NamedShapesHaveThePublishedParameterCounts) {
+  struct Expect {
+    const char* shape;
+    const char* architecture;
+    uint64_t n_vocab;
+    uint64_t parameters;
+  };
+  for (const Expect& e : {Expect{"qwen3-30b-a3b", "qwen3moe", 151936, 30532122624ull},
+                          Expect{"mixtral-8x7b", "llama", 32000, 46702792704ull}}) {
+    SCOPED_TRACE(e.shape);
+    auto shape = model::synthetic_shape(e.shape);
+    ASSERT_TRUE(shape.has_value());
+    EXPECT_EQ(shape->architecture, e.architecture);
+    EXPECT_EQ(model::plan_synthetic_model(*shape, "f16", e.n_vocab).parameter_count, e.parameters);
+  }
+}
+
+// The expert tensors are typed by their role, as llama-quantize types the
+// dense matrices; the router stays F32; an 8-expert model (Mixtral) gets
+// llama.cpp's extra bits on attn_k, attn_v (Q8_0) and attn_output (Q5_K).
+TEST(SyntheticExperts, ExpertTensorsHaveTheRealShapesAndTypes) {
+  auto find = [](const model::SyntheticPlan& plan, const std::string& name) {
+    for (const auto& t : plan.tensors) {
+      if (t.name == name) return t;
+    }
+    ADD_FAILURE() << "no " << name;
+    return model::SyntheticTensor{};
+  };
+  using D = std::vector<uint64_t>;
+  const auto qwen = model::plan_synthetic_model(*model::synthetic_shape("qwen3-30b-a3b"), "q4_k_m", 151936);
+  EXPECT_EQ(find(qwen, "blk.0.ffn_gate_inp.weight").dims, D({2048, 128}));
+  EXPECT_EQ(find(qwen, "blk.0.ffn_gate_inp.weight").type, TensorType::F32);
+  EXPECT_EQ(find(qwen, "blk.47.ffn_gate_exps.weight").dims, D({2048, 768, 128}));
+  EXPECT_EQ(find(qwen, "blk.47.ffn_up_exps.weight").type, TensorType::Q4_K);
+  EXPECT_EQ(find(qwen, "blk.0.ffn_down_exps.weight").dims, D({768, 2048, 128}));
+  EXPECT_EQ(find(qwen, "blk.0.ffn_down_exps.weight").type, TensorType::Q6_K);  // use_more_bits
+  EXPECT_EQ(find(qwen, "blk.7.ffn_down_exps.weight").type, TensorType::Q4_K);
+  EXPECT_EQ(find(qwen, "blk.0.attn_q.weight").dims, D({2048, 4096}));  // 32 heads of 128
+  EXPECT_EQ(find(qwen, "blk.0.attn_k_norm.weight").dims, D({128}));
+  EXPECT_EQ(find(qwen, "blk.7.attn_k.weight").type, TensorType::Q4_K);
+  EXPECT_EQ(find(qwen, "output.weight").type, TensorType::Q6_K);
+  EXPECT_TRUE(qwen.notes.empty());
+
+  const auto mixtral = model::plan_synthetic_model(*model::synthetic_shape("mixtral-8x7b"), "q4_k_m", 32000);
+  EXPECT_EQ(find(mixtral, "blk.31.ffn_up_exps.weight").dims, D({4096, 14336, 8}));
+  EXPECT_EQ(find(mixtral, "blk.31.ffn_up_exps.weight").type, TensorType::Q4_K);
+  EXPECT_EQ(find(mixtral, "blk.31.ffn_down_exps.weight").type, TensorType::Q6_K);
+  EXPECT_EQ(find(mixtral, "blk.0.ffn_gate_inp.weight").type, TensorType::F32);
+  EXPECT_EQ(find(mixtral, "blk.7.attn_k.weight").type, TensorType::Q8_0);
+  EXPECT_EQ(find(mixtral, "blk.7.attn_v.weight").type, TensorType::Q8_0);
+  EXPECT_EQ(find(mixtral, "blk.7.attn_output.weight").type, TensorType::Q5_K);
+  EXPECT_EQ(find(mixtral, "blk.7.attn_q.weight").type, TensorType::Q4_K);
+  const auto mixtral_q3_l = model::plan_synthetic_model(*model::synthetic_shape("mixtral-8x7b"), "q3_k_l", 32000);
+  EXPECT_EQ(find(mixtral_q3_l, "blk.7.attn_output.weight").type, TensorType::Q3_K);  // not in the 8-expert list
+  const auto mixtral_f16 = model::plan_synthetic_model(*model::synthetic_shape("mixtral-8x7b"), "f16", 32000);
+  EXPECT_EQ(find(mixtral_f16, "blk.7.attn_v.weight").type, TensorType::F16);  // only quantized files are mixed
+}
+
+TEST(SyntheticExperts, InconsistentExpertsAreRefused) {
+  auto shape = *model::synthetic_shape("tiny-qwen3moe");
+  shape.n_expert = 0;  // qwen3moe has no dense FFN
+  EXPECT_THROW(model::plan_synthetic_model(shape, "f16", 1024), Error);
+  shape = *model::synthetic_shape("tiny-qwen3moe");
+  shape.n_expert_used = 9;
+  EXPECT_THROW(model::plan_synthetic_model(shape, "f16", 1024), Error);
+  shape.n_expert_used = 0;
+  EXPECT_THROW(model::plan_synthetic_model(shape, "f16", 1024), Error);
+  shape = *model::synthetic_shape("tiny-qwen3");
+  shape.n_expert = 4;  // llama.cpp's qwen3 reads no experts
+  shape.n_expert_used = 2;
+  EXPECT_THROW(model::plan_synthetic_model(shape, "f16", 1024), Error);
 }
