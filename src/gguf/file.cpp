@@ -1,6 +1,7 @@
 #include "gguf/file.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <unordered_set>
 
@@ -110,6 +111,59 @@ uint64_t tensor_byte_size(TensorType type, std::span<const uint64_t> dims) {
 }
 
 File File::open(const std::string& path) {
+  File file = open_one(path);
+  if (file.metadata_.get_optional<uint64_t>("split.count").value_or(1) > 1) file.open_split_parts();
+  return file;
+}
+
+void File::open_split_parts() {
+  const auto count = metadata_.get<uint64_t>("split.count");
+  const auto number = metadata_.get_optional<uint64_t>("split.no").value_or(0);
+  char tail[64];
+  std::snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(number + 1),
+                static_cast<unsigned long long>(count));
+  if (!path_.ends_with(tail)) {
+    throw Error(path_ + ": a split model's files are named PREFIX-NNNNN-of-" + std::string(tail + 10, 5) +
+                ".gguf; this one's name does not say which part it is");
+  }
+  const std::string prefix = path_.substr(0, path_.size() - std::string(tail).size());
+  if (number != 0) {
+    std::snprintf(tail, sizeof tail, "-%05d-of-%05llu.gguf", 1, static_cast<unsigned long long>(count));
+    throw Error(path_ + " is part " + std::to_string(number + 1) + " of " + std::to_string(count) +
+                " of a split model: open its first part, " + prefix + tail);
+  }
+  std::unordered_set<std::string> names;
+  for (const auto& t : tensors_) names.insert(t.name);
+  for (uint64_t i = 1; i < count; ++i) {
+    std::snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(i + 1),
+                  static_cast<unsigned long long>(count));
+    const std::string part_path = prefix + tail;
+    File part;
+    try {
+      part = open_one(part_path);
+    } catch (const Error& e) {
+      throw Error("part " + std::to_string(i + 1) + " of " + std::to_string(count) + " of the split model " + path_ +
+                  " cannot be read: " + e.what());
+    }
+    if (part.metadata_.get_optional<uint64_t>("split.no") != i || part.metadata_.get_optional<uint64_t>("split.count") != count) {
+      throw Error(part_path + " is not part " + std::to_string(i + 1) + " of " + std::to_string(count) +
+                  " of the same split model (its split.no / split.count say otherwise)");
+    }
+    const auto index = static_cast<uint32_t>(parts_.size() + 1);
+    for (auto& t : part.tensors_) {
+      if (!names.insert(t.name).second) throw Error(part_path + ": tensor '" + t.name + "' is also in an earlier part");
+      t.part = index;
+      tensors_.push_back(std::move(t));
+    }
+    parts_.push_back(Part{part.mapping_, part.bytes_, part.data_offset_});
+  }
+  if (auto expected = metadata_.get_optional<uint64_t>("split.tensors.count"); expected && *expected != tensors_.size()) {
+    throw Error(path_ + ": the split model's parts hold " + std::to_string(tensors_.size()) + " tensors but split.tensors.count says " +
+                std::to_string(*expected));
+  }
+}
+
+File File::open_one(const std::string& path) {
   File file;
   file.mapping_ = std::make_shared<MappedFile>(path);
   file.bytes_ = file.mapping_->bytes();

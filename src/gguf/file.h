@@ -36,6 +36,7 @@ struct TensorInfo {
   uint64_t element_count = 0;
   uint64_t byte_size = 0;
   uint64_t info_offset = 0;   // where this tensor's info starts in the file
+  uint32_t part = 0;          // a split model's file that holds the data (0: the first)
 
   uint64_t rows() const { return dims.empty() || dims[0] == 0 ? 0 : element_count / dims[0]; }
 };
@@ -43,7 +44,10 @@ struct TensorInfo {
 class File {
  public:
   // Maps and parses a file. Throws m40::Error if it cannot be opened and
-  // m40::FormatError if it is not a valid GGUF file.
+  // m40::FormatError if it is not a valid GGUF file. A split model
+  // (llama.cpp's gguf-split: PREFIX-00001-of-0000N.gguf, `split.*` keys) is
+  // opened by its first file and reads as one: the metadata of the first,
+  // the tensors of all; a missing or mismatched part is an error naming it.
   static File open(const std::string& path);
   // Parses bytes owned by the caller (they must outlive the File).
   static File parse(std::span<const uint8_t> bytes);
@@ -62,13 +66,27 @@ class File {
   uint64_t data_offset() const { return data_offset_; }  // start of the data section
   uint64_t file_size() const { return bytes_.size(); }
   std::span<const uint8_t> tensor_data(const TensorInfo& t) const {
-    return bytes_.subspan(data_offset_ + t.offset, t.byte_size);
+    if (t.part == 0) return bytes_.subspan(data_offset_ + t.offset, t.byte_size);
+    const Part& p = parts_[t.part - 1];
+    return p.bytes.subspan(p.data_offset + t.offset, t.byte_size);
   }
+  // How many files the model is stored in (1 unless split).
+  size_t file_count() const { return 1 + parts_.size(); }
   const std::string& path() const { return path_; }
 
  private:
   File() = default;
   void parse_all();
+  static File open_one(const std::string& path);
+  void open_split_parts();
+
+  // The other files of a split model, in order.
+  struct Part {
+    std::shared_ptr<MappedFile> mapping;
+    std::span<const uint8_t> bytes;
+    uint64_t data_offset = 0;
+  };
+  std::vector<Part> parts_;
 
   std::shared_ptr<MappedFile> mapping_;
   std::span<const uint8_t> bytes_;
