@@ -274,11 +274,12 @@ std::unique_ptr<chat::StreamingAnswerParser> answer_stream(const AnswerPlan& pla
 }
 
 json model_capabilities(const chat::TemplateTraits& traits, bool insert, bool embedding) {
+  // An embedding model answers embeddings only (generation is refused).
+  if (embedding) return json::array({"embedding"});
   json caps = json::array({"completion"});
   if (traits.renders_tools) caps.push_back("tools");
   if (traits.has_thinking) caps.push_back("thinking");
   if (insert) caps.push_back("insert");
-  if (embedding) caps.push_back("embedding");
   return caps;
 }
 

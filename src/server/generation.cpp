@@ -3,6 +3,7 @@
 #include "server/generation.h"
 
 #include "common/error.h"
+#include "model/hparams.h"
 #include "server/prompt_tokens.h"
 
 namespace m40::server {
@@ -57,6 +58,14 @@ std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, engine::RequestP
 
 std::shared_ptr<engine::RequestStream> submit(ResidentModel& m, std::vector<engine::RequestParams> prompts, int n) {
   using R = engine::RequestRejected::Reason;
+  // An embedding model (its file declares a pooling) answers embeddings
+  // only, as Ollama has it: its head was not trained to generate.
+  for (const auto& p : prompts) {
+    if (!p.embed && m.model->hparams.is_embedding_model()) {
+      throw HttpError{400, "the model '" + m.name + "' does not support generate: it is an embedding model (" +
+                               std::string(model::pooling_type_name(*m.model->hparams.pooling)) + " pooling)"};
+    }
+  }
   for (const auto& p : prompts) check_sampling(p.sampler);
   try {
     return m.scheduler->submit(std::move(prompts), n);

@@ -377,23 +377,32 @@ TEST_F(EmbeddingsTest, OllamaFieldsItDoesNotApplyAreRefusedByName) {
   EXPECT_EQ(r["prompt_eval_count"], 32);
 }
 
+// An embedding model embeds only: show says so, and generation is refused
+// by name, as Ollama refuses it.
 TEST_F(EmbeddingsTest, ShowNamesAnEmbeddingModel) {
   const json show = post_json("/api/show", {{"model", last_.string()}});
   const json caps = show["capabilities"];
-  EXPECT_NE(std::find(caps.begin(), caps.end(), "embedding"), caps.end()) << caps.dump();
+  EXPECT_EQ(caps, json::array({"embedding"})) << caps.dump();
+  const json refused = post_json("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}, 400);
+  EXPECT_NE(refused.dump().find("does not support generate"), std::string::npos) << refused.dump();
+  post_json("/api/chat", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stream", false}}, 400);
   EXPECT_EQ(show["model_info"]["qwen3.pooling_type"], 3);
   const json plain = post_json("/api/show", {{"model", qwen3().string()}})["capabilities"];
   EXPECT_EQ(std::find(plain.begin(), plain.end(), "embedding"), plain.end()) << plain.dump();
 }
 
+// A generative model embeds too (by its last token, as Ollama does), while
+// it generates for another client.
 TEST_F(EmbeddingsTest, EmbeddingsRunBesideAGeneratingStream) {
-  const auto alone = openai_embedding("beside a stream");
+  const std::string model = qwen3().string();
+  const auto alone = openai_embedding("beside a stream", model);
   json chat;
   std::thread generate([&] {
-    chat = post_json("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}});
+    chat = post_json("/v1/completions", {{"model", model}, {"prompt", "Once upon a time"}, {"max_tokens", 40},
+                                         {"temperature", 0}, {"ignore_eos", true}});
   });
   std::vector<std::string> texts(6, "beside a stream");
-  const json r = post_json("/v1/embeddings", {{"input", texts}});
+  const json r = post_json("/v1/embeddings", {{"model", model}, {"input", texts}});
   generate.join();
   ASSERT_EQ(r["data"].size(), texts.size());
   for (const auto& d : r["data"]) EXPECT_TRUE(close(alone, floats(d["embedding"]), 1e-6f));
