@@ -6,6 +6,9 @@
 // read again from the start; a prompt may fill the whole context.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -197,18 +200,52 @@ TEST_F(SchedulerEmbeddingTest, EmbeddingStepsCarryNoGenerationAndTheStreamAnswer
   EXPECT_GE(embedding_steps, (30 + 45) / 8);
 }
 
+// Holds every forward step after the first that gave logits (the running
+// request's first token) until released: what is submitted meanwhile is
+// admitted before that request moves on.
+class HeldBackend : public test::WrappedBackend {
+ public:
+  using WrappedBackend::WrappedBackend;
+  void forward(const backend::Batch& batch, std::span<float> out) override {
+    {
+      std::unique_lock lock(mutex_);
+      released_cv_.wait(lock, [&] { return released_ || !answered_; });
+    }
+    inner().forward(batch, out);
+    std::lock_guard lock(mutex_);
+    if (batch.logits_count() > 0) answered_ = true;
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      released_ = true;
+    }
+    released_cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable released_cv_;
+  bool answered_ = false;
+  bool released_ = false;
+};
+
 TEST_F(SchedulerEmbeddingTest, APreemptedEmbeddingIsReadAgainFromTheStart) {
   // Six blocks of 16 positions: the generation (10 + 40 tokens) needs a
   // third block at position 32, while the younger embedding (64 tokens,
   // 4 blocks, 2 tokens a step) is still reading: it gives its blocks back
-  // and reads its prompt again once the generation has ended.
-  auto backend = cpu_backend(2, 6);
-  engine::Scheduler scheduler(*backend, *vocab_, {.prefill_chunk = 2, .prefill_slowdown = 0});
+  // and reads its prompt again once the generation has ended. The backend
+  // holds the generation's second step until the embedding is queued, so
+  // the embedding is admitted near position 12, whatever the machine's speed.
+  HeldBackend backend(cpu_backend(2, 6));
+  engine::Scheduler scheduler(backend, *vocab_, {.prefill_chunk = 2, .prefill_slowdown = 0});
   auto generating = scheduler.submit(greedy(text_tokens(10, "Once upon a time "), 40));
   std::vector<engine::StreamEvent> first;
-  ASSERT_TRUE(generating->wait(std::chrono::seconds(10), first));  // admitted first: the older
+  const bool started = generating->wait(std::chrono::seconds(10), first);  // admitted first: the older
   const auto tokens = text_tokens(kCtx);
   auto embed = scheduler.submit(embedding(tokens, PoolingType::Mean));
+  backend.release();
+  ASSERT_TRUE(started);
   const Collected r = drain(*embed);
   drain(*generating);
   ASSERT_EQ(r.end.kind, engine::StreamEvent::Kind::Done) << r.end.text;
