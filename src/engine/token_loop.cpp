@@ -82,8 +82,7 @@ std::span<const float> TokenLoop::constrain(std::span<const float> logits) {
   if (!constraint_) return logits;
   masked_.assign(logits.begin(), logits.end());
   constraint_->mask(masked_);
-  const auto bits = constraint_->allowed_bits();
-  if (std::none_of(bits.begin(), bits.end(), [](uint64_t w) { return w != 0; })) {
+  if (!constraint_->allows_any()) {
     throw Error("the grammar allows none of this model's tokens after " + std::to_string(tokens_.size()) +
                 " tokens of the answer: the vocabulary cannot spell what it requires next");
   }

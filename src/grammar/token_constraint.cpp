@@ -345,4 +345,9 @@ bool TokenConstraint::can_end() const {
   return s.ended || s.store.can_end(s.config);
 }
 
+bool TokenConstraint::allows_any() {
+  const auto bits = allowed_bits();
+  return std::any_of(bits.begin(), bits.end(), [](uint64_t w) { return w != 0; });
+}
+
 }  // namespace m40::grammar

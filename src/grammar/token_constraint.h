@@ -50,6 +50,9 @@ class TokenConstraint {
   // The allowed tokens as a bitset over the vocabulary (bit t of word t/64),
   // valid until the next call. mask() applies exactly this.
   std::span<const uint64_t> allowed_bits();
+  // Some token (an end token included) may come next: false when the
+  // vocabulary cannot spell anything the grammar takes here.
+  bool allows_any();
 
  private:
   struct State;

@@ -139,9 +139,7 @@ engine::AnswerGrammar compile(ResidentModel& m, const std::string& gbnf) {
   }
   // A grammar this vocabulary cannot even begin is the request's fault, not
   // the engine's: refused before it is queued.
-  grammar::TokenConstraint start(g.grammar, g.vocabulary);
-  const auto bits = start.allowed_bits();
-  if (std::none_of(bits.begin(), bits.end(), [](uint64_t w) { return w != 0; })) {
+  if (!grammar::TokenConstraint(g.grammar, g.vocabulary).allows_any()) {
     throw HttpError{400, "the grammar cannot begin with any token of the model '" + m.name + "': its vocabulary cannot spell it"};
   }
   return g;

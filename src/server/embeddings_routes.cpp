@@ -200,15 +200,7 @@ size_t dimensions_field(const json& body) {
 // A token id list of OpenAI's input, checked against the vocabulary.
 std::vector<int32_t> token_list(const json& list, const std::string& which, size_t n_vocab) {
   if (list.empty()) throw HttpError{400, which + " is empty: there is nothing to embed"};
-  std::vector<int32_t> tokens;
-  for (const auto& t : list) {
-    if (!t.is_number_unsigned() || t.get<uint64_t>() >= n_vocab) {
-      throw HttpError{400, which + ": token id " + t.dump() + " is out of range: the vocabulary has " +
-                               std::to_string(n_vocab) + " tokens (ids 0.." + std::to_string(n_vocab - 1) + ")"};
-    }
-    tokens.push_back(static_cast<int32_t>(t.get<uint64_t>()));
-  }
-  return tokens;
+  return token_ids(list, n_vocab, which);
 }
 
 bool token_ids(const json& list) {

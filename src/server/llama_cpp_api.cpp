@@ -91,17 +91,7 @@ std::vector<int32_t> completion_tokens(ResidentModel& m, const json& body) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) throw HttpError{400, "'prompt' is required"};
   if (it->is_string()) return raw_prompt(m, it->get<std::string>(), false, m.scheduler->n_ctx());
-  if (it->is_array() && !it->empty()) {
-    std::vector<int32_t> ids;
-    for (const auto& t : *it) {
-      if (!t.is_number_unsigned() || t.get<uint64_t>() >= m.vocab->size()) {
-        throw HttpError{400, "'prompt' holds " + t.dump() + ", which is no token id of this model (0.." +
-                                 std::to_string(m.vocab->size() - 1) + ")"};
-      }
-      ids.push_back(static_cast<int32_t>(t.get<uint64_t>()));
-    }
-    return ids;
-  }
+  if (it->is_array() && !it->empty()) return token_ids(*it, m.vocab->size(), "'prompt'");
   throw HttpError{400, "'prompt' must be a string or a list of token ids"};
 }
 

@@ -76,17 +76,9 @@ bool wants_stream(const json& body) { return get_bool(body, "stream").value_or(t
 // previous answer returned), checked against the vocabulary.
 std::vector<int32_t> context_tokens(const json& body, const tokenizer::Vocab& vocab) {
   auto it = body.find("context");
-  std::vector<int32_t> out;
-  if (it == body.end() || it->is_null()) return out;
+  if (it == body.end() || it->is_null()) return {};
   if (!it->is_array()) throw HttpError{400, "'context' must be a list of token ids"};
-  for (const auto& t : *it) {
-    if (!t.is_number_unsigned() || t.get<uint64_t>() >= vocab.size()) {
-      throw HttpError{400, "'context' holds " + t.dump() + ", which is no token id of this model (0.." +
-                               std::to_string(vocab.size() - 1) + ")"};
-    }
-    out.push_back(static_cast<int32_t>(t.get<uint64_t>()));
-  }
-  return out;
+  return token_ids(*it, vocab.size(), "'context'");
 }
 
 // The context an answer returns: its prompt's tokens and its own.

@@ -199,21 +199,6 @@ json openai_messages(const json& body) {
   return messages;
 }
 
-// Token ids of a prompt given as ids, checked before narrowing (2^32 + 1
-// would read as token 1), in the words of Vocab::check_id.
-std::vector<int32_t> token_prompt(const ResidentModel& m, const json& ids) {
-  std::vector<int32_t> tokens;
-  const size_t n_vocab = m.vocab->size();
-  for (const auto& t : ids) {
-    if (!t.is_number_unsigned() || t.get<uint64_t>() >= n_vocab) {
-      throw HttpError{400, "token id " + t.dump() + " is out of range: the vocabulary has " + std::to_string(n_vocab) +
-                               " tokens (ids 0.." + std::to_string(n_vocab - 1) + ")"};
-    }
-    tokens.push_back(static_cast<int32_t>(t.get<uint64_t>()));
-  }
-  return tokens;
-}
-
 bool all_token_ids(const json& list) {
   return !list.empty() && std::all_of(list.begin(), list.end(), [](const json& t) { return t.is_number_integer(); });
 }
@@ -231,7 +216,7 @@ std::vector<CompletionPrompt> completion_prompts(ResidentModel& m, const json& b
   const int n_ctx = m.scheduler->n_ctx();
   auto from_text = [&](const std::string& text) { return CompletionPrompt{raw_prompt(m, text, truncate, n_ctx), text}; };
   auto from_ids = [&](const json& ids) {
-    CompletionPrompt p{token_prompt(m, ids), {}};
+    CompletionPrompt p{token_ids(ids, m.vocab->size(), "'prompt'"), {}};
     p.text = m.vocab->decode(p.tokens, {.remove_special = true});
     return p;
   };

@@ -85,6 +85,19 @@ std::string model_field(const json& body, const char* key) {
   return name;
 }
 
+std::vector<int32_t> token_ids(const json& ids, size_t n_vocab, const std::string& field) {
+  std::vector<int32_t> tokens;
+  tokens.reserve(ids.size());
+  for (const auto& t : ids) {
+    if (!t.is_number_unsigned() || t.get<uint64_t>() >= n_vocab) {
+      throw HttpError{400, field + ": token id " + t.dump() + " is out of range: the vocabulary has " +
+                               std::to_string(n_vocab) + " tokens (ids 0.." + std::to_string(n_vocab - 1) + ")"};
+    }
+    tokens.push_back(static_cast<int32_t>(t.get<uint64_t>()));
+  }
+  return tokens;
+}
+
 int ollama_num_ctx(const json& body) {
   auto it = body.find("options");
   if (it == body.end() || !it->is_object()) return 0;

@@ -33,6 +33,11 @@ inline int32_t clamp_to_int32(int64_t v) {
   return static_cast<int32_t>(std::clamp<int64_t>(v, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
 }
 
+// A prompt or context given as token ids (`ids`, a JSON array), each
+// checked against a vocabulary of `n_vocab` tokens before it is narrowed
+// (2^32 + 1 would read as token 1): HttpError 400 naming `field` and the id.
+std::vector<int32_t> token_ids(const json& ids, size_t n_vocab, const std::string& field);
+
 // Ollama's options.num_ctx: the context the request runs in (0: the
 // loaded model's). Within the resident model's context it is the request's
 // own limit (the KV pool is shared, so nothing reloads); a larger one

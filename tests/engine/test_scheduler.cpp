@@ -14,7 +14,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "engine/backend_factory.h"
 #include "engine/scheduler.h"
-#include "stream_drain.h"
+#include "scheduler_test_util.h"
 #include "model/loaded_model.h"
 #include "test_paths.h"
 #include "wrapped_backend.h"
@@ -101,6 +101,7 @@ class GatedRecordingBackend : public test::WrappedBackend {
 
 using test::Collected;
 using test::drain;
+using test::greedy;
 
 class SchedulerTest : public ::testing::Test {
  protected:
@@ -125,17 +126,6 @@ class SchedulerTest : public ::testing::Test {
     bo.threads = 2;
     bo.force_cpu = true;
     return bo;
-  }
-  // Greedy, no repetition penalty, no end token: the answer depends on the
-  // prompt alone.
-  static engine::RequestParams greedy(std::vector<int32_t> prompt, int max_tokens) {
-    engine::RequestParams p;
-    p.prompt = std::move(prompt);
-    p.sampler.temperature = 0;
-    p.sampler.repeat_penalty = 1.0f;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
   }
   // A story prompt of exactly `tokens` tokens.
   std::vector<int32_t> story_prompt(size_t tokens) const {

@@ -19,7 +19,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "engine/scheduler.h"
-#include "stream_drain.h"
+#include "scheduler_test_util.h"
 #include "model/loaded_model.h"
 #include "test_paths.h"
 #include "wrapped_backend.h"
@@ -56,6 +56,7 @@ class BatchLog : public test::WrappedBackend {
 
 using test::Collected;
 using test::drain;
+using test::greedy;
 
 class SchedulerEmbeddingTest : public ::testing::Test {
  protected:
@@ -109,15 +110,6 @@ class SchedulerEmbeddingTest : public ::testing::Test {
     engine::RequestParams p;
     p.prompt = std::move(tokens);
     p.embed = pooling;
-    return p;
-  }
-  static engine::RequestParams greedy(std::vector<int32_t> prompt, int max_tokens) {
-    engine::RequestParams p;
-    p.prompt = std::move(prompt);
-    p.sampler.temperature = 0;
-    p.sampler.repeat_penalty = 1.0f;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
     return p;
   }
   static ::testing::AssertionResult close(const std::vector<float>& expected, const std::vector<float>& got, float tol = 1e-5f) {

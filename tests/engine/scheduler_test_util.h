@@ -1,5 +1,5 @@
-// Reads a scheduler request's stream to its end, for the scheduler tests:
-// the text of its pieces and the event that ended it.
+// What the scheduler tests share: a greedy request whose answer depends on
+// its prompt alone, and reading a request's stream to its end.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,6 +12,19 @@
 
 namespace m40::test {
 
+// Greedy, no repetition penalty, no end token: the answer depends on the
+// prompt alone.
+inline engine::RequestParams greedy(std::vector<int32_t> prompt, int max_tokens) {
+  engine::RequestParams p;
+  p.prompt = std::move(prompt);
+  p.sampler.temperature = 0;
+  p.sampler.repeat_penalty = 1.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// The text of a stream's pieces and the event that ended it.
 struct Collected {
   std::string text;
   engine::StreamEvent end;
