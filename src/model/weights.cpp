@@ -267,4 +267,18 @@ uint64_t ModelWeights::total_bytes() const {
   return total;
 }
 
+WeightView stacked_slices(const std::vector<WeightView>& slices) {
+  if (slices.empty()) return {};
+  WeightView all = slices[0];
+  for (size_t e = 1; e < slices.size(); ++e) {
+    const WeightView& v = slices[e];
+    if (v.type != all.type || v.cols != all.cols || v.rows != all.rows || v.row_bytes != all.row_bytes ||
+        v.data != all.data + e * all.rows * all.row_bytes) {
+      throw Error("the slices of '" + all.name + "' are not one tensor");
+    }
+  }
+  all.rows *= slices.size();
+  return all;
+}
+
 }  // namespace m40::model

@@ -53,6 +53,12 @@ struct LayerWeights {
   bool has_experts() const { return ffn_gate_inp.present(); }
 };
 
+// The slices of a 3-D tensor (an expert tensor: gate_exps, up_exps,
+// down_exps) as one matrix of all their rows, slice e's first row at row
+// e * slices[0].rows; an absent view for no slices. Throws m40::Error if the
+// slices are not back to back in one type and shape.
+WeightView stacked_slices(const std::vector<WeightView>& slices);
+
 struct ModelWeights {
   WeightView token_embd;   // [n_embd x n_vocab]
   WeightView output_norm;  // [n_embd]

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "backends/cuda/device.h"
+#include "backends/cuda/moe.h"
 #include "backends/kv_blocks.h"
 #include "common/error.h"
 #include "quant/dequantize.h"
@@ -44,9 +45,9 @@ CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelW
     throw Error("the CUDA attention takes heads of a multiple of 4 values up to 128, or of 8 up to 256; " +
                 hparams.architecture + " has " + std::to_string(hparams.head_dim()) + ": use --cpu");
   }
-  if (weights.has_experts()) {
-    throw Error("the CUDA backend does not run mixture-of-experts layers yet (" + hparams.architecture + ", " +
-                std::to_string(hparams.n_expert) + " experts): use --cpu");
+  if (hparams.n_expert > static_cast<uint32_t>(kMaxExperts)) {
+    throw Error("the CUDA backend routes up to " + std::to_string(kMaxExperts) + " experts; " + hparams.architecture +
+                " has " + std::to_string(hparams.n_expert) + ": use --cpu");
   }
   const int count = device_count();
   if (count == 0) throw Error("no CUDA GPU is available: use --cpu");
@@ -109,6 +110,20 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
   tokens_ = static_cast<int32_t*>(scratch_.take(b * sizeof(int32_t)));
   positions_ = static_cast<int32_t*>(scratch_.take(b * sizeof(int32_t)));
   seq_ids_ = static_cast<int32_t*>(scratch_.take(b * sizeof(int32_t)));
+  if (hparams_.has_experts()) {
+    const size_t slots = b * hparams_.n_expert_used;
+    router_logits_ = floats(b * hparams_.n_expert);
+    expert_weights_ = floats(slots);
+    auto ints = [&](size_t n) { return static_cast<int32_t*>(scratch_.take(n * sizeof(int32_t))); };
+    expert_ids_ = ints(slots);
+    sorted_slots_ = ints(slots);
+    slot_rows_ = ints(slots);
+    expert_items_ = static_cast<ExpertItem*>(scratch_.take(slots * sizeof(ExpertItem)));  // never more items than slots
+    expert_x_ = floats(slots * hparams_.n_embd);
+    expert_gate_ = floats(slots * hparams_.n_ff_expert);
+    expert_up_ = floats(slots * hparams_.n_ff_expert);
+    expert_out_ = floats(slots * hparams_.n_embd);
+  }
   host_ids_ = PinnedBuffer(3 * b * sizeof(int32_t));
   host_logits_ = PinnedBuffer(static_cast<size_t>(max_logit_rows_) * hparams_.n_vocab * sizeof(float));
 }
@@ -236,6 +251,12 @@ void CudaBackend::upload_weights(const model::ModelWeights& weights) {
       d.qkv_parts = 2;
     }
     d.w_gate_up = back_to_back({&d.w_gate, &d.w_up});
+    if (l.has_experts()) {
+      d.router = upload_matrix(l.ffn_gate_inp, up);
+      d.gate_exps = upload_matrix(model::stacked_slices(l.gate_exps), up);
+      d.up_exps = upload_matrix(model::stacked_slices(l.up_exps), up);
+      d.down_exps = upload_matrix(model::stacked_slices(l.down_exps), up);
+    }
     layers_.push_back(d);
   }
   M40_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
@@ -338,6 +359,11 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
       rms_norm(x_, w.ffn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
       stage_timer_.mark(stream_, "ffn_norm");
     }
+    const float* next_attn_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : nullptr;
+    if (w.router.rows > 0) {
+      xn_holds_attn_norm = enqueue_moe_ffn(w, n, next_attn_norm);
+      continue;
+    }
     const OutputPart gate_up[2] = {{gate_, w.w_gate.rows}, {up_, w.w_up.rows}};
     if (w.w_gate_up.rows == 0 || !matvec_parts(w.w_gate_up, xn_, n, gate_up, 2, stream_)) {
       matmul(w.w_gate, xn_, n, gate_, nullptr, stream_);
@@ -351,25 +377,58 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
       silu_mul(gate_, up_, gate_, ff_values, stream_);
     }
     stage_timer_.mark(stream_, "ffn_activation");
-    const float* next_attn_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : nullptr;
     xn_holds_attn_norm = enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n, "ffn_down", next_attn_norm);
   }
 }
 
 bool CudaBackend::enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias,
                                         const float* post_norm, int n, const char* stage, const float* next_norm) {
+  return join_branch([&](float* y, const float* residual) { matmul(w, h, n, y, residual, stream_); }, bias, post_norm,
+                     n, stage, next_norm);
+}
+
+template <class Product>
+bool CudaBackend::join_branch(Product&& product, const float* bias, const float* post_norm, int n, const char* stage,
+                              const float* next_norm) {
   const BranchJoin join{bias, post_norm, hparams_.rms_eps, hparams_.residual_scale};
   if (join.plain()) {
-    matmul(w, h, n, x_, x_, stream_);  // residual add fused: x += W h
+    product(x_, x_);  // residual add fused: x += branch
     stage_timer_.mark(stream_, stage);
     return false;
   }
-  matmul(w, h, n, xn_, nullptr, stream_);
+  product(xn_, nullptr);
   stage_timer_.mark(stream_, stage);
   // The join also normalizes x for the next stage, over the branch in xn.
   add_branch(x_, xn_, join, n, static_cast<int>(hparams_.n_embd), stream_, NextNorm{next_norm, next_norm ? xn_ : nullptr});
   stage_timer_.mark(stream_, "branch_join");
   return next_norm != nullptr;
+}
+
+bool CudaBackend::enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* next_norm) {
+  const auto& hp = hparams_;
+  const int n_expert = static_cast<int>(hp.n_expert);
+  const int k = static_cast<int>(hp.n_expert_used);
+  const int n_embd = static_cast<int>(hp.n_embd);
+  const int slots = n * k;
+  matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
+  route_experts(router_logits_, n, n_expert, k, expert_ids_, expert_weights_, stream_);
+  const int item_tokens = expert_item_tokens(n, k, n_expert);
+  const int n_items = max_expert_items(n, k, n_expert, item_tokens);
+  group_by_expert(expert_ids_, slots, n_expert, item_tokens, n_items, sorted_slots_, slot_rows_, expert_items_, stream_);
+  gather_expert_rows(xn_, sorted_slots_, k, slots, n_embd, expert_x_, stream_);
+  stage_timer_.mark(stream_, "moe_route");
+  grouped_matmul(w.gate_exps, n_expert, expert_x_, item_tokens, expert_items_, n_items, expert_gate_, stream_);
+  grouped_matmul(w.up_exps, n_expert, expert_x_, item_tokens, expert_items_, n_items, expert_up_, stream_);
+  stage_timer_.mark(stream_, "moe_gate_up");
+  silu_mul(expert_gate_, expert_up_, expert_gate_, int64_t{slots} * hp.n_ff_expert, stream_);
+  stage_timer_.mark(stream_, "ffn_activation");
+  grouped_matmul(w.down_exps, n_expert, expert_gate_, item_tokens, expert_items_, n_items, expert_out_, stream_);
+  stage_timer_.mark(stream_, "moe_down");
+  return join_branch(
+      [&](float* y, const float* residual) {
+        combine_experts(expert_out_, slot_rows_, expert_weights_, n, k, n_embd, y, residual, stream_);
+      },
+      nullptr, w.post_ffn_norm, n, "moe_combine", next_norm);
 }
 
 void CudaBackend::enqueue_output(const float* rows, int n_out) {

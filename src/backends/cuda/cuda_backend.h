@@ -72,6 +72,9 @@ class CudaBackend : public backend::Backend {
     DeviceWeight wqkv;
     int qkv_parts = 0;
     DeviceWeight w_gate_up;
+    // Mixture-of-experts layers (router.rows 0: a dense FFN): the router
+    // [n_embd -> n_expert] and the experts' matrices, stacked (moe.h).
+    DeviceWeight router, gate_exps, up_exps, down_exps;
   };
 
   class Uploader;
@@ -95,6 +98,14 @@ class CudaBackend : public backend::Backend {
   // Returns whether it did (xn_ then holds the next stage's input).
   bool enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias, const float* post_norm, int n,
                              const char* stage, const float* next_norm);
+  // The same for a branch whose output product(y, residual) computes (y =
+  // residual + the branch, residual null or y): the MoE FFN.
+  template <class Product>
+  bool join_branch(Product&& product, const float* bias, const float* post_norm, int n, const char* stage,
+                   const float* next_norm);
+  // The FFN of a mixture-of-experts layer on xn_ (moe.h), joined like
+  // enqueue_branch_output.
+  bool enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* next_norm);
   // Final norm and output head (with the logits' scale and soft-cap) for
   // n_out consecutive hidden-state rows.
   void enqueue_output(const float* rows, int n_out);
@@ -133,6 +144,15 @@ class CudaBackend : public backend::Backend {
   Arena scratch_;
   float *x_, *xn_, *q_, *k_, *v_, *attn_, *gate_, *up_, *logits_, *gathered_;
   int32_t *tokens_, *positions_, *seq_ids_;
+  // MoE layers' buffers (null for dense models): per token the router's
+  // logits, per slot (token x chosen expert) the expert and its weight,
+  // the slots in expert order and each slot's row there, the work items,
+  // and the rows in expert order: x, gate, up and the expert's output.
+  float* router_logits_ = nullptr;
+  int32_t *expert_ids_ = nullptr, *sorted_slots_ = nullptr, *slot_rows_ = nullptr;
+  float* expert_weights_ = nullptr;
+  ExpertItem* expert_items_ = nullptr;
+  float *expert_x_ = nullptr, *expert_gate_ = nullptr, *expert_up_ = nullptr, *expert_out_ = nullptr;
   PinnedBuffer host_ids_;     // tokens, positions, seq ids staged for upload
   PinnedBuffer host_logits_;  // max_logit_rows x n_vocab
   int max_logit_rows_ = 32;

@@ -44,7 +44,8 @@ struct ElementOfBlock {
 template <class Element>
 __global__ void __launch_bounds__(kScalarThreads)
     scalar_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
-                  int n_tokens, float* y, const float* residual) {
+                  int n_tokens, float* y, const float* residual, ExpertGrouping grouping) {
+  M40_SELECT_EXPERT_ITEM(grouping, static_cast<int>(blockIdx.z), w, x, cols, y, rows, n_tokens);
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int row = static_cast<int>(blockIdx.x) * (kScalarThreads / 32) + static_cast<int>(threadIdx.x) / 32;
   const int token0 = static_cast<int>(blockIdx.y) * kScalarTokens;
@@ -79,9 +80,11 @@ __global__ void __launch_bounds__(kScalarThreads)
 template <class Element>
 void launch_scalar_kernel(const Product& p) {
   constexpr int kRowsPerBlock = kScalarThreads / 32;
-  const dim3 grid((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, (p.n_tokens + kScalarTokens - 1) / kScalarTokens);
+  // grid.z: a grouped product's work items.
+  const dim3 grid((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, (p.n_tokens + kScalarTokens - 1) / kScalarTokens,
+                  p.grouping.items != nullptr ? p.grouping.n_items : 1);
   scalar_kernel<Element><<<grid, kScalarThreads, 0, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x, p.n_tokens,
-                                                                p.y, p.residual);
+                                                                p.y, p.residual, p.grouping);
   M40_CUDA_CHECK_LAUNCH();
 }
 
@@ -271,6 +274,31 @@ void gemm(const DeviceWeight& w, const float* x, int n_tokens, float* y, const f
   if (p.cols == 0) return store_empty_product(p);
   if (p.cols % 32 != 0 || !fast_path_fits(p)) return mm::launch_scalar(p);
   mm::launch_gemm(p);
+}
+
+void grouped_matmul(const DeviceWeight& experts, int n_expert, const float* x, int item_tokens, const ExpertItem* items,
+                    int n_items, float* y, cudaStream_t stream) {
+  if (n_expert <= 0 || experts.rows % n_expert != 0) {
+    throw Error("grouped_matmul: " + std::to_string(experts.rows) + " rows are not " + std::to_string(n_expert) +
+                " experts' matrices");
+  }
+  if (item_tokens < 1 || item_tokens > kMaxExpertGemmTokens) {
+    throw Error("grouped_matmul: " + std::to_string(item_tokens) + " tokens per item (1 to " +
+                std::to_string(kMaxExpertGemmTokens) + ")");
+  }
+  if (n_items < 0 || (n_items > 0 && items == nullptr) || n_items > 65535) {
+    throw Error("grouped_matmul: " + std::to_string(n_items) + " work items");
+  }
+  DeviceWeight one = experts;
+  one.rows = experts.rows / n_expert;
+  mm::Product p = checked_product("grouped_matmul", one, x, item_tokens, y, nullptr, stream);
+  if (p.rows == 0 || n_items == 0) return;
+  if (p.cols == 0) throw Error("grouped_matmul: experts of zero columns");
+  p.grouping = {items, n_items, one.row_bytes * static_cast<size_t>(one.rows)};
+  if (!fast_path_fits(p)) return mm::launch_scalar(p);
+  if (item_tokens <= kMaxExpertMatvecTokens) return mm::launch_matvec(p);
+  if (p.cols % 32 != 0) return mm::launch_scalar(p);
+  mm::launch_gemm_grouped(p);
 }
 
 namespace {

@@ -67,6 +67,8 @@ struct TileShape {
 // (launch_gemm).
 using PrefillShape = TileShape<128, 128, 32, 256, 2, 4, 2>;
 using ShortPrefillShape = TileShape<128, 64, 32, 256, 2, 4>;
+static_assert(ShortPrefillShape::kTileTokens == kGroupedGemmTileTokens && kGroupedGemmTileTokens == kMaxExpertGemmTokens,
+              "a grouped product's item fits one token tile");
 // Decode batches of up to 16 (launch_matvec sends those to the matvec kernel;
 // the bench still times this tile) and 17..32 tokens: one token tile covers
 // the batch (every weight is read once). A thread's 4 x 4 or 8 x 4 register
@@ -132,7 +134,7 @@ constexpr int min_gemm_blocks_per_sm() {
 template <class Dec, class Shape>
 __global__ void __launch_bounds__(Shape::kThreads, min_gemm_blocks_per_sm<Dec, Shape>())
     gemm_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
-                int n_tokens, float* y, const float* residual, float* partial) {
+                int n_tokens, float* y, const float* residual, float* partial, ExpertGrouping grouping) {
   constexpr int kTileRows = Shape::kTileRows;
   constexpr int kTileTokens = Shape::kTileTokens;
   constexpr int kTileK = Shape::kTileK;
@@ -143,9 +145,11 @@ __global__ void __launch_bounds__(Shape::kThreads, min_gemm_blocks_per_sm<Dec, S
   __shared__ __align__(16) float w_tile[kTileK][kTileRows];
   __shared__ __align__(16) float x_tile[kTileK][kTileTokens];
 
+  // A grouped product: blockIdx.y is the work item (at most one token tile).
+  M40_SELECT_EXPERT_ITEM(grouping, static_cast<int>(blockIdx.y), w, x, cols, y, rows, n_tokens);
   const int tid = static_cast<int>(threadIdx.x);
   const int row_base = static_cast<int>(blockIdx.x) * kTileRows;
-  const int token_base = static_cast<int>(blockIdx.y) * kTileTokens;
+  const int token_base = grouping.items != nullptr ? 0 : static_cast<int>(blockIdx.y) * kTileTokens;
 
   // Loading: W values 16 * load_part .. + 15 of row load_row, x values
   // kXPerThread * x_part .. of token load_token, of each K step.
@@ -268,18 +272,19 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partial, int spli
 // splits: parts of K, each its own blocks (1: no split).
 template <class Dec, class Shape>
 void launch_shape(const Product& p, int splits = 1) {
+  const bool grouped = p.grouping.items != nullptr;
   const dim3 grid((p.rows + Shape::kTileRows - 1) / Shape::kTileRows,
-                  (p.n_tokens + Shape::kTileTokens - 1) / Shape::kTileTokens, splits);
+                  grouped ? p.grouping.n_items : (p.n_tokens + Shape::kTileTokens - 1) / Shape::kTileTokens, splits);
   if (splits == 1) {
     gemm_kernel<Dec, Shape><<<grid, Shape::kThreads, 0, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x,
-                                                                    p.n_tokens, p.y, p.residual, nullptr);
+                                                                    p.n_tokens, p.y, p.residual, nullptr, p.grouping);
     M40_CUDA_CHECK_LAUNCH();
     return;
   }
   const size_t count = static_cast<size_t>(p.n_tokens) * static_cast<size_t>(p.rows);
   StreamScratch scratch(static_cast<size_t>(splits) * count * sizeof(float), p.stream);
   gemm_kernel<Dec, Shape><<<grid, Shape::kThreads, 0, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x, p.n_tokens,
-                                                                  p.y, p.residual, scratch.floats());
+                                                                  p.y, p.residual, scratch.floats(), p.grouping);
   M40_CUDA_CHECK_LAUNCH();
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<size_t>((count + threads - 1) / threads, 4096));
@@ -323,6 +328,10 @@ void launch_gemm(const Product& p) {
     }
     launch_shape<Dec, PrefillShape>(p);
   });
+}
+
+void launch_gemm_grouped(const Product& p) {
+  visit_decoder(p.type, [&](auto tag) { launch_shape<typename decltype(tag)::type, ShortPrefillShape>(p); });
 }
 
 void launch_gemm_decode(const Product& p) {

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/matmul.h"
 #include "backends/cuda/matmul_decode.cuh"
 #include "gguf/tensor_type.h"
 #include "quant/blocks.h"
@@ -23,6 +24,46 @@ struct OutputParts {
   float* y[3] = {nullptr, nullptr, nullptr};
 };
 
+// A grouped product (matmul.h, grouped_matmul): the kernel's blocks of
+// item index i (a grid dimension) compute work item items[i]: W moved to its
+// expert's matrix, x and y to its first row, n_tokens its count.
+struct ExpertGrouping {
+  const ExpertItem* items = nullptr;  // null: a plain product
+  int n_items = 0;
+  size_t expert_bytes = 0;  // from one expert's matrix to the next
+};
+
+// A block's work item: where its expert's matrix and its rows begin, and
+// how many rows (tokens) it has; count 0 for none.
+struct ExpertItemPlace {
+  size_t w_offset = 0;  // bytes
+  size_t row = 0;       // first row of x and y
+  int count = 0;
+};
+__device__ __forceinline__ ExpertItemPlace expert_item_place(const ExpertGrouping& g, int item_index) {
+  const int4 item = __ldg(reinterpret_cast<const int4*>(g.items) + item_index);
+  ExpertItemPlace place;
+  if (item.x < 0 || item.z <= 0) return place;
+  place.w_offset = static_cast<size_t>(item.x) * g.expert_bytes;
+  place.row = static_cast<size_t>(item.y);
+  place.count = item.z;
+  return place;
+}
+
+// Points a block at its work item; false when it has none. Plain products
+// keep their arguments. (A macro: the kernels' pointers are __restrict__.)
+#define M40_SELECT_EXPERT_ITEM(grouping, item_index, w, x, x_stride, y, rows, n_tokens)                   \
+  do {                                                                                                    \
+    if ((grouping).items != nullptr) {                                                                    \
+      const ::m40::cuda::mm::ExpertItemPlace place_ = ::m40::cuda::mm::expert_item_place(grouping, item_index); \
+      if (place_.count == 0) return;                                                                      \
+      (w) += place_.w_offset;                                                                             \
+      (x) += place_.row * static_cast<size_t>(x_stride);                                                  \
+      (y) += place_.row * static_cast<size_t>(rows);                                                      \
+      (n_tokens) = place_.count;                                                                          \
+    }                                                                                                     \
+  } while (false)
+
 // One product, checked (matmul.cu): row r of W at w + r * row_bytes.
 struct Product {
   gguf::TensorType type = gguf::TensorType::F32;
@@ -35,6 +76,7 @@ struct Product {
   float* y = nullptr;               // [n_tokens][rows]
   const float* residual = nullptr;  // null, y, or another [n_tokens][rows]
   OutputParts parts;                // the matvec kernel only; residual null then
+  ExpertGrouping grouping;          // n_tokens is then the items' largest count
   cudaStream_t stream = nullptr;
 
   // The same product for tokens first .. first + count - 1.
@@ -98,8 +140,12 @@ void launch_gemm_decode(const Product& p);
 
 // The tiled prefill gemm kernel: any n_tokens, cols % 32 == 0, alignment holds.
 void launch_gemm(const Product& p);
+// Its 64-token tile for a grouped product (an item per token tile, no split).
+inline constexpr int kGroupedGemmTileTokens = 64;
+void launch_gemm_grouped(const Product& p);
 
-// Any shape and alignment: one warp per row, element by element.
+// Any shape and alignment: one warp per row, element by element (grouped
+// products too).
 void launch_scalar(const Product& p);
 
 }  // namespace m40::cuda::mm

@@ -272,7 +272,8 @@ constexpr int units_per_round() {
 template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound, bool kLaneOrder>
 __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens, kRows))
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
-                  int x_stride, int n_tokens, float* y, const float* residual, OutputParts parts) {
+                  int x_stride, int n_tokens, float* y, const float* residual, OutputParts parts,
+                  ExpertGrouping grouping) {
   static_assert(kLanes <= 32 ? 32 % kLanes == 0 : kLanes % 32 == 0 && kMatvecThreads % kLanes == 0,
                 "groups tile the warp, or whole warps tile the group");
   static_assert(kLanes % Dec::kUnitsPerBlock == 0, "a lane keeps its unit within the block");
@@ -289,6 +290,9 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
   constexpr int kColumnStep = kLanes * Dec::kUnit;
   constexpr int kByteStep = kLanes / Dec::kUnitsPerBlock * Dec::kBlockBytes;
 
+  // A grouped product's blocks of item blockIdx.y (the whole block leaves
+  // together, before any barrier).
+  M40_SELECT_EXPERT_ITEM(grouping, static_cast<int>(blockIdx.y), w, x, x_stride, y, rows, n_tokens);
   const int thread = static_cast<int>(threadIdx.x);
   const int sub = thread % kLanes;           // the lane's place in its group
   const int warp_sub = thread % kWarpLanes;  // ... within its warp's part of the group
@@ -422,14 +426,15 @@ __global__ void permute_x_kernel(const float* __restrict__ x, int n_tokens, int 
 template <class Dec, int kTokens, int kRows, int kLanes>
 void launch(const Product& p) {
   constexpr int kRowsPerBlock = kMatvecThreads / kLanes * kRows;
-  const int blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  // grid.y: a grouped product's work items.
+  const dim3 blocks((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, p.grouping.items != nullptr ? p.grouping.n_items : 1);
   constexpr int kRound = units_per_round<Dec, kTokens, kRows>();
   // Lane order pays for its extra launch from 4 tokens on (at 1 token it
   // saved under 1 us of 10-20).
   constexpr bool kLaneOrderable = kTokens >= 4 && kLanes == kMatvecThreads && Dec::kUnit == 16 &&
                                   !HasPieceOffset<Dec>::value;
   if constexpr (kLaneOrderable) {
-    if (scratch_pool_ready(p.stream)) {
+    if (p.grouping.items == nullptr && scratch_pool_ready(p.stream)) {
       constexpr int kGroupCols = kGroupUnits * Dec::kUnit;
       const int stride = (p.cols + kGroupCols - 1) / kGroupCols * kGroupCols;
       StreamScratch ordered(static_cast<size_t>(p.n_tokens) * static_cast<size_t>(stride) * sizeof(float), p.stream);
@@ -438,13 +443,13 @@ void launch(const Product& p) {
                                                                                     Dec::kUnit, ordered.floats());
       M40_CUDA_CHECK_LAUNCH();
       matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, true><<<blocks, kMatvecThreads, 0, p.stream>>>(
-          p.w, p.row_bytes, p.rows, p.cols, ordered.floats(), stride, p.n_tokens, p.y, p.residual, p.parts);
+          p.w, p.row_bytes, p.rows, p.cols, ordered.floats(), stride, p.n_tokens, p.y, p.residual, p.parts, p.grouping);
       M40_CUDA_CHECK_LAUNCH();
       return;
     }
   }
   matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, false><<<blocks, kMatvecThreads, 0, p.stream>>>(
-      p.w, p.row_bytes, p.rows, p.cols, p.x, p.cols, p.n_tokens, p.y, p.residual, p.parts);
+      p.w, p.row_bytes, p.rows, p.cols, p.x, p.cols, p.n_tokens, p.y, p.residual, p.parts, p.grouping);
   M40_CUDA_CHECK_LAUNCH();
 }
 

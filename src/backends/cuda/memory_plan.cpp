@@ -55,6 +55,11 @@ MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights&
           &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm}) {
       plan.weights += weight_bytes(*v);
     }
+    // Expert tensors go up whole (every expert's matrix, back to back).
+    plan.weights += weight_bytes(l.ffn_gate_inp);
+    for (const auto* slices : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+      if (!slices->empty()) plan.weights += Arena::aligned(slices->front().row_bytes * slices->front().rows * slices->size());
+    }
   }
   // K and V, FP16 or Q8_0 (34 bytes per 32 values), every layer and pool row
   // (kKvBlockSize per block).
@@ -70,6 +75,14 @@ MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights&
                  static_cast<uint64_t>(std::max(shape.n_seq, 0)) * backend::kv_blocks_for(std::max(shape.n_ctx, 0)) *
                      sizeof(int32_t) +  // the block tables
                  16 * Arena::kAlignment;
+  if (hp.has_experts()) {
+    // Per token the router's logits; per slot (token x chosen expert) its
+    // id, weight, two sort indices and work item (16 bytes), the gathered
+    // x and the expert's output (n_embd each), gate and up (n_ff_expert).
+    const uint64_t slots = uint64_t{hp.n_expert_used} * shape.max_batch;
+    plan.scratch += uint64_t{hp.n_expert} * shape.max_batch * sizeof(float) + slots * (4 * sizeof(int32_t) + 16) +
+                    slots * (2ull * hp.n_embd + 2ull * hp.n_ff_expert) * sizeof(float) + 10 * Arena::kAlignment;
+  }
   plan.reserve = 256ull << 20;
   return plan;
 }

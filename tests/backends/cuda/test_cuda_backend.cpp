@@ -71,13 +71,19 @@ std::vector<std::string> shared_models() {
 // has their shapes): biases (qwen2), Q/K norms (qwen3, gemma3), post-norms,
 // GELU, soft-caps and sliding windows of 8 (gemma2, gemma3), LongRoPE and
 // fused QKV and gate/up (phi3), YaRN and the attention temperature
-// (mistral3), the Granite multipliers, NoPE layers (smollm3).
+// (mistral3), the Granite multipliers, NoPE layers (smollm3), and
+// mixture-of-experts layers (qwen3moe, Mixtral-style llama).
 std::vector<std::string> architecture_models() {
   std::vector<std::string> names;
   for (const char* arch : {"qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
     for (const char* type : {"F32", "Q8_0"}) names.push_back(std::string("arch/tiny-") + arch + "-" + type + ".gguf");
   }
   for (const char* arch : {"mistral3", "granite", "smollm3"}) names.push_back(std::string("arch/tiny-") + arch + "-F32.gguf");
+  // Mixture-of-experts layers (moe.h): 8 experts of 32, 2 used (qwen3moe),
+  // 4 of 64, 2 used (Mixtral-style llama).
+  for (const char* arch : {"qwen3moe", "mixtral"}) {
+    for (const char* type : {"F32", "Q8_0"}) names.push_back(std::string("arch/tiny-") + arch + "-" + type + ".gguf");
+  }
   return names;
 }
 
@@ -430,26 +436,6 @@ TEST(CudaBackend, AModelOverTheBudgetIsRefusedWithTheNumbers) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("0.01 GiB is available"), std::string::npos) << e.what();
-  }
-}
-
-// Mixture-of-experts layers run on the CPU backend only: the CUDA backend
-// refuses such a model by name when it is made (before any GPU work, so
-// with or without a GPU), never running it without its experts.
-TEST(CudaBackend, AMixtureOfExpertsModelIsRefusedByName) {
-  for (const char* stem : {"arch/tiny-qwen3moe-Q8_0.gguf", "arch/tiny-mixtral-F32.gguf"}) {
-    const auto path = test::shared_model(stem);
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared model missing: " << path;
-    auto model = model::LoadedModel::open(path.string());
-    cuda::CudaBackendOptions o;
-    o.n_ctx = 64;
-    try {
-      cuda::CudaBackend backend(model->hparams, model->weights, o);
-      FAIL() << stem << ": expected a refusal";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("mixture-of-experts"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("--cpu"), std::string::npos) << e.what();
-    }
   }
 }
 

@@ -1,0 +1,232 @@
+// moe.h: routing, grouping by expert, gathering and combining. The grouped
+// products themselves are matmul's (grouped_matmul).
+#include "backends/cuda/moe.h"
+
+#include <algorithm>
+#include <string>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/warp_reduce.cuh"
+#include "common/error.h"
+
+namespace m40::cuda {
+
+namespace {
+
+constexpr int kRouteWarps = 4;  // tokens per block of the routing kernel
+// The smallest normal FP16: llama.cpp clamps the chosen probabilities' sum
+// below by it before dividing.
+constexpr float kMinWeightSum = 6.103515625e-5f;
+
+// One warp per token: softmax into shared memory, then k rounds of a warp
+// argmax (the higher probability, then the lower index), each winner
+// marked -1 (probabilities are >= 0) so the next round skips it.
+__global__ void route_kernel(const float* __restrict__ logits, int n_tokens, int n_expert, int k,
+                             int32_t* __restrict__ ids, float* __restrict__ weights) {
+  extern __shared__ float probs_of_warp[];
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= n_tokens) return;  // whole warps; no block barrier follows
+  float* probs = probs_of_warp + warp * n_expert;
+  const float* row = logits + static_cast<size_t>(t) * n_expert;
+
+  float max = -INFINITY;
+  for (int e = lane; e < n_expert; e += kWarpSize) max = fmaxf(max, row[e]);
+  max = warp_max(max);
+  float sum = 0.0f;
+  for (int e = lane; e < n_expert; e += kWarpSize) {
+    const float p = expf(row[e] - max);
+    probs[e] = p;
+    sum += p;
+  }
+  const float inv = 1.0f / warp_sum(sum);
+  for (int e = lane; e < n_expert; e += kWarpSize) probs[e] *= inv;
+  __syncwarp();
+
+  float chosen_sum = 0.0f;
+  float my_prob = 0.0f;  // lane s < k keeps slot s's probability
+  for (int s = 0; s < k; ++s) {
+    float best = -2.0f;
+    int best_e = n_expert;
+    for (int e = lane; e < n_expert; e += kWarpSize) {
+      if (probs[e] > best) best = probs[e], best_e = e;  // ascending e: ties keep the lower index
+    }
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+      const float other = __shfl_xor_sync(kFullWarpMask, best, offset);
+      const int other_e = __shfl_xor_sync(kFullWarpMask, best_e, offset);
+      if (other > best || (other == best && other_e < best_e)) best = other, best_e = other_e;
+    }
+    chosen_sum += best;  // in slot order, as the CPU adds them
+    if (lane == s) my_prob = best;
+    if (lane == 0) {
+      ids[static_cast<size_t>(t) * k + s] = best_e;
+      probs[best_e] = -1.0f;
+    }
+    __syncwarp();
+    // Slots past the warp's lanes: written at once (k > 32 is rare).
+    if (s >= kWarpSize && lane == 0) weights[static_cast<size_t>(t) * k + s] = best;
+  }
+  __syncwarp();  // the slots past 32 lanes are in memory
+  const float inv_chosen = 1.0f / fmaxf(chosen_sum, kMinWeightSum);
+  for (int s = lane; s < k; s += kWarpSize) {
+    const float p = s < kWarpSize ? my_prob : weights[static_cast<size_t>(t) * k + s];
+    weights[static_cast<size_t>(t) * k + s] = p * inv_chosen;
+  }
+}
+
+// One block of kGroupThreads. Counting and placing go one expert per warp
+// at a time: a ballot over 32 slots finds the expert's slots among them and
+// their order, so the expert's rows keep slot order without atomics.
+constexpr int kGroupThreads = 512;
+
+__global__ void __launch_bounds__(kGroupThreads)
+    group_kernel(const int32_t* __restrict__ ids, int n_slots, int n_expert, int item_tokens, int n_items,
+                 int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows, ExpertItem* __restrict__ items) {
+  extern __shared__ int shared_ints[];
+  int* count = shared_ints;             // [n_expert]
+  int* first_row = count + n_expert;    // [n_expert]
+  int* first_item = first_row + n_expert;  // [n_expert + 1]
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  constexpr int kWarps = kGroupThreads / kWarpSize;
+
+  for (int e = warp; e < n_expert; e += kWarps) {
+    int c = 0;
+    for (int base = 0; base < n_slots; base += kWarpSize) {
+      const int s = base + lane;
+      c += __popc(__ballot_sync(kFullWarpMask, s < n_slots && __ldg(ids + s) == e));
+    }
+    if (lane == 0) count[e] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // a few hundred experts at most: a serial scan
+    int row = 0, item = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      first_row[e] = row;
+      first_item[e] = item;
+      row += count[e];
+      item += (count[e] + item_tokens - 1) / item_tokens;
+    }
+    first_item[n_expert] = item;
+  }
+  __syncthreads();
+  for (int e = warp; e < n_expert; e += kWarps) {
+    int placed = first_row[e];
+    for (int base = 0; base < n_slots; base += kWarpSize) {
+      const int s = base + lane;
+      const bool mine = s < n_slots && __ldg(ids + s) == e;
+      const unsigned ballot = __ballot_sync(kFullWarpMask, mine);
+      if (mine) {
+        const int row = placed + __popc(ballot & ((1u << lane) - 1u));
+        sorted_slots[row] = s;
+        slot_rows[s] = row;
+      }
+      placed += __popc(ballot);
+    }
+    // The expert's items: rows first_row + j * item_tokens, j by lane.
+    const int n_of_expert = first_item[e + 1] - first_item[e];
+    for (int j = lane; j < n_of_expert; j += kWarpSize) {
+      const int index = first_item[e] + j;
+      if (index < n_items) {  // always, by max_expert_items
+        const int first = first_row[e] + j * item_tokens;
+        items[index] = ExpertItem{e, first, min(item_tokens, first_row[e] + count[e] - first), 0};
+      }
+    }
+  }
+  for (int i = first_item[n_expert] + static_cast<int>(threadIdx.x); i < n_items; i += kGroupThreads) {
+    items[i] = ExpertItem{-1, 0, 0, 0};
+  }
+}
+
+__global__ void gather_kernel(const float* __restrict__ x, const int32_t* __restrict__ sorted_slots, int k,
+                              int n_slots, int quads, float* __restrict__ out) {
+  const int64_t total = int64_t{n_slots} * quads;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / quads;
+    const int64_t q = i % quads;
+    const int64_t token = __ldg(sorted_slots + r) / k;
+    reinterpret_cast<float4*>(out)[i] = __ldg(reinterpret_cast<const float4*>(x) + token * quads + q);
+  }
+}
+
+__global__ void combine_kernel(const float* __restrict__ expert_out, const int32_t* __restrict__ slot_rows,
+                               const float* __restrict__ weights, int n_tokens, int k, int n_embd, float* y,
+                               const float* residual) {
+  const int64_t total = int64_t{n_tokens} * n_embd;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / n_embd;
+    const int64_t j = i % n_embd;
+    float sum = 0.0f;
+    for (int s = 0; s < k; ++s) {
+      const int64_t slot = t * k + s;
+      const float v = expert_out[int64_t{__ldg(slot_rows + slot)} * n_embd + j] * __ldg(weights + slot);
+      sum = s == 0 ? v : sum + v;
+    }
+    y[i] = residual != nullptr ? residual[i] + sum : sum;
+  }
+}
+
+int grid_for(int64_t work, int threads) { return static_cast<int>(std::min<int64_t>((work + threads - 1) / threads, 4096)); }
+
+}  // namespace
+
+void route_experts(const float* logits, int n_tokens, int n_expert, int k, int32_t* ids, float* weights,
+                   cudaStream_t stream) {
+  if (n_expert < 1 || n_expert > kMaxExperts) {
+    throw Error("route_experts: " + std::to_string(n_expert) + " experts (1 to " + std::to_string(kMaxExperts) + ")");
+  }
+  if (k < 1 || k > n_expert) throw Error("route_experts: k must be between 1 and the expert count");
+  if (n_tokens <= 0) return;
+  const int blocks = (n_tokens + kRouteWarps - 1) / kRouteWarps;
+  const size_t shared = static_cast<size_t>(kRouteWarps) * n_expert * sizeof(float);
+  route_kernel<<<blocks, kRouteWarps * kWarpSize, shared, stream>>>(logits, n_tokens, n_expert, k, ids, weights);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+int expert_item_tokens(int n_tokens, int k, int n_expert) {
+  const int64_t even_share = (int64_t{n_tokens} * k + n_expert - 1) / n_expert;
+  if (even_share > kMaxExpertMatvecTokens) return kMaxExpertGemmTokens;
+  int tokens = 1;
+  while (tokens < even_share) tokens *= 2;
+  return tokens;
+}
+
+int max_expert_items(int n_tokens, int k, int n_expert, int item_tokens) {
+  const int64_t slots = int64_t{n_tokens} * k;
+  return static_cast<int>(std::min<int64_t>(slots, std::min<int64_t>(n_expert, slots) + slots / item_tokens));
+}
+
+void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int item_tokens, int n_items, int32_t* sorted_slots,
+                     int32_t* slot_rows, ExpertItem* items, cudaStream_t stream) {
+  if (n_expert < 1 || n_expert > kMaxExperts || item_tokens < 1) {
+    throw Error("group_by_expert: " + std::to_string(n_expert) + " experts, " + std::to_string(item_tokens) +
+                " tokens per item");
+  }
+  if (n_slots <= 0 || n_items <= 0) return;
+  const size_t shared = (3 * static_cast<size_t>(n_expert) + 1) * sizeof(int);
+  group_kernel<<<1, kGroupThreads, shared, stream>>>(ids, n_slots, n_expert, item_tokens, n_items, sorted_slots,
+                                                     slot_rows, items);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+void gather_expert_rows(const float* x, const int32_t* sorted_slots, int k, int n_slots, int n_embd, float* out,
+                        cudaStream_t stream) {
+  if (n_embd % 4 != 0) throw Error("gather_expert_rows: rows of a multiple of 4 values");
+  if (n_slots <= 0) return;
+  const int threads = 256;
+  gather_kernel<<<grid_for(int64_t{n_slots} * (n_embd / 4), threads), threads, 0, stream>>>(x, sorted_slots, k, n_slots,
+                                                                                           n_embd / 4, out);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+void combine_experts(const float* expert_out, const int32_t* slot_rows, const float* weights, int n_tokens, int k,
+                     int n_embd, float* y, const float* residual, cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  const int threads = 256;
+  combine_kernel<<<grid_for(int64_t{n_tokens} * n_embd, threads), threads, 0, stream>>>(expert_out, slot_rows, weights,
+                                                                                         n_tokens, k, n_embd, y, residual);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace m40::cuda

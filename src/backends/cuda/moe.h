@@ -1,0 +1,59 @@
+// The mixture-of-experts FFN on the GPU, as cpu::moe_ffn computes it (the
+// reference, src/backends/cpu/moe.h): the router's logits (a plain product)
+// → route_experts (softmax, top k, renormalized weights) → group_by_expert
+// (the step's (token, slot) pairs in expert order, cut into work items) →
+// gather_expert_rows → grouped products of the chosen experts only
+// (matmul.h, grouped_matmul: gate and up, silu, down) → combine_experts
+// (each token's weighted sum of its slots, plus the residual). Every launch
+// has a grid fixed by the step's token count, so a decode step stays one
+// CUDA graph with the routing on the GPU.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backends/cuda/matmul.h"
+
+namespace m40::cuda {
+
+// The most experts a router may have (a warp's shared row of probabilities
+// per token).
+inline constexpr int kMaxExperts = 1024;
+
+// Per token t: the k experts of highest softmax probability over the
+// n_expert logits[t], in descending order (ties to the lower index), to
+// ids[t * k + s], and their probabilities divided by their sum (at least
+// 6.103515625e-5) to weights[t * k + s]. CPU twin: cpu::route_experts.
+void route_experts(const float* logits, int n_tokens, int n_expert, int k, int32_t* ids, float* weights,
+                   cudaStream_t stream);
+
+// Tokens per work item for a step of n_tokens (matmul.h, grouped_matmul):
+// about the tokens an expert gets when the n_tokens * k choices spread evenly
+// over the experts, as a power of two up to kMaxExpertMatvecTokens (the
+// decode kernel), or kMaxExpertGemmTokens past that (the prefill tile).
+int expert_item_tokens(int n_tokens, int k, int n_expert);
+
+// The most work items a step can make: every expert that can be chosen,
+// plus one for each item_tokens of the n_tokens * k choices.
+int max_expert_items(int n_tokens, int k, int n_expert, int item_tokens);
+
+// Orders the n_slots = n_tokens * k choices by expert (slots in their order
+// within an expert): sorted_slots[r] is the slot at sorted row r,
+// slot_rows[s] the sorted row of slot s. Expert e's rows are cut into work
+// items of at most item_tokens rows, items[0 .. n_items) in expert order;
+// items past the step's last have expert -1. One block.
+void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int item_tokens, int n_items,
+                     int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items, cudaStream_t stream);
+
+// out[r] = x[sorted_slots[r] / k] for the n_slots rows of n_embd values.
+void gather_expert_rows(const float* x, const int32_t* sorted_slots, int k, int n_slots, int n_embd, float* out,
+                        cudaStream_t stream);
+
+// y[t] = residual[t] + Σ_s weights[t k + s] · expert_out[slot_rows[t k + s]]
+// for s in slot order (residual may be null or y). CPU twin: the end of
+// cpu::moe_ffn.
+void combine_experts(const float* expert_out, const int32_t* slot_rows, const float* weights, int n_tokens, int k,
+                     int n_embd, float* y, const float* residual, cudaStream_t stream);
+
+}  // namespace m40::cuda
