@@ -120,8 +120,8 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
     slot_rows_ = ints(slots);
     expert_items_ = static_cast<ExpertItem*>(scratch_.take(slots * sizeof(ExpertItem)));  // never more items than slots
     expert_x_ = floats(slots * hparams_.n_embd);
-    expert_gate_ = floats(slots * hparams_.n_ff_expert);
-    expert_up_ = floats(slots * hparams_.n_ff_expert);
+    expert_gate_up_ = floats(2 * slots * hparams_.n_ff_expert);
+    expert_act_ = floats(slots * hparams_.n_ff_expert);
     expert_out_ = floats(slots * hparams_.n_embd);
   }
   host_ids_ = PinnedBuffer(3 * b * sizeof(int32_t));
@@ -182,6 +182,24 @@ DeviceWeight CudaBackend::upload_matrix(const model::WeightView& w, Uploader& up
   d.cols = static_cast<int64_t>(w.cols);
   d.rows = static_cast<int64_t>(w.rows);
   d.row_bytes = w.row_bytes;
+  d.data = dst;
+  return d;
+}
+
+DeviceWeight CudaBackend::upload_interleaved(const std::vector<model::WeightView>& gate,
+                                             const std::vector<model::WeightView>& up, Uploader& uploader) {
+  const model::WeightView& g = gate.front();
+  const size_t gate_bytes = g.row_bytes * g.rows, up_bytes = up.front().row_bytes * up.front().rows;
+  auto* dst = static_cast<uint8_t*>(weights_arena_.take((gate_bytes + up_bytes) * gate.size()));
+  for (size_t e = 0; e < gate.size(); ++e) {
+    uploader.copy(dst + e * (gate_bytes + up_bytes), gate[e].data, gate_bytes);
+    uploader.copy(dst + e * (gate_bytes + up_bytes) + gate_bytes, up[e].data, up_bytes);
+  }
+  DeviceWeight d;
+  d.type = g.type;
+  d.cols = static_cast<int64_t>(g.cols);
+  d.rows = static_cast<int64_t>((g.rows + up.front().rows) * gate.size());
+  d.row_bytes = g.row_bytes;
   d.data = dst;
   return d;
 }
@@ -253,8 +271,14 @@ void CudaBackend::upload_weights(const model::ModelWeights& weights) {
     d.w_gate_up = back_to_back({&d.w_gate, &d.w_up});
     if (l.has_experts()) {
       d.router = upload_matrix(l.ffn_gate_inp, up);
-      d.gate_exps = upload_matrix(model::stacked_slices(l.gate_exps), up);
-      d.up_exps = upload_matrix(model::stacked_slices(l.up_exps), up);
+      const model::WeightView& gate = l.gate_exps.front();
+      const model::WeightView& upv = l.up_exps.front();
+      if (gate.type == upv.type && gate.row_bytes == upv.row_bytes) {
+        d.gate_up_exps = upload_interleaved(l.gate_exps, l.up_exps, up);
+      } else {
+        d.gate_exps = upload_matrix(model::stacked_slices(l.gate_exps), up);
+        d.up_exps = upload_matrix(model::stacked_slices(l.up_exps), up);
+      }
       d.down_exps = upload_matrix(model::stacked_slices(l.down_exps), up);
     }
     layers_.push_back(d);
@@ -409,20 +433,34 @@ bool CudaBackend::enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* ne
   const int n_expert = static_cast<int>(hp.n_expert);
   const int k = static_cast<int>(hp.n_expert_used);
   const int n_embd = static_cast<int>(hp.n_embd);
+  const int64_t n_ff = hp.n_ff_expert;
   const int slots = n * k;
   matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
-  route_experts(router_logits_, n, n_expert, k, expert_ids_, expert_weights_, stream_);
   const int item_tokens = expert_item_tokens(n, k, n_expert);
   const int n_items = max_expert_items(n, k, n_expert, item_tokens);
-  group_by_expert(expert_ids_, slots, n_expert, item_tokens, n_items, sorted_slots_, slot_rows_, expert_items_, stream_);
-  gather_expert_rows(xn_, sorted_slots_, k, slots, n_embd, expert_x_, stream_);
+  route_and_group(router_logits_, n, n_expert, k, item_tokens, n_items, expert_ids_, expert_weights_, sorted_slots_,
+                  slot_rows_, expert_items_, stream_);
+  // Items of one token read it where it is; larger ones need their
+  // tokens' rows side by side.
+  const bool x_by_token = item_tokens == 1;
+  if (!x_by_token) gather_expert_rows(xn_, sorted_slots_, k, slots, n_embd, expert_x_, stream_);
+  const float* x = x_by_token ? xn_ : expert_x_;
   stage_timer_.mark(stream_, "moe_route");
-  grouped_matmul(w.gate_exps, n_expert, expert_x_, item_tokens, expert_items_, n_items, expert_gate_, stream_);
-  grouped_matmul(w.up_exps, n_expert, expert_x_, item_tokens, expert_items_, n_items, expert_up_, stream_);
-  stage_timer_.mark(stream_, "moe_gate_up");
-  silu_mul(expert_gate_, expert_up_, expert_gate_, int64_t{slots} * hp.n_ff_expert, stream_);
+  if (w.gate_up_exps.rows > 0) {
+    grouped_matmul(w.gate_up_exps, n_expert, x, x_by_token, item_tokens, expert_items_, n_items, expert_gate_up_,
+                   stream_);
+    stage_timer_.mark(stream_, "moe_gate_up");
+    silu_mul_rows(expert_gate_up_, slots, static_cast<int>(n_ff), expert_act_, stream_);
+  } else {
+    float* gate = expert_gate_up_;
+    float* up = expert_gate_up_ + slots * n_ff;
+    grouped_matmul(w.gate_exps, n_expert, x, x_by_token, item_tokens, expert_items_, n_items, gate, stream_);
+    grouped_matmul(w.up_exps, n_expert, x, x_by_token, item_tokens, expert_items_, n_items, up, stream_);
+    stage_timer_.mark(stream_, "moe_gate_up");
+    silu_mul(gate, up, expert_act_, slots * n_ff, stream_);
+  }
   stage_timer_.mark(stream_, "ffn_activation");
-  grouped_matmul(w.down_exps, n_expert, expert_gate_, item_tokens, expert_items_, n_items, expert_out_, stream_);
+  grouped_matmul(w.down_exps, n_expert, expert_act_, false, item_tokens, expert_items_, n_items, expert_out_, stream_);
   stage_timer_.mark(stream_, "moe_down");
   return join_branch(
       [&](float* y, const float* residual) {

@@ -73,8 +73,11 @@ class CudaBackend : public backend::Backend {
     int qkv_parts = 0;
     DeviceWeight w_gate_up;
     // Mixture-of-experts layers (router.rows 0: a dense FFN): the router
-    // [n_embd -> n_expert] and the experts' matrices, stacked (moe.h).
-    DeviceWeight router, gate_exps, up_exps, down_exps;
+    // [n_embd -> n_expert] and the experts' matrices, stacked (moe.h);
+    // where gate and up have one type, each expert's gate rows then its up
+    // rows in gate_up_exps (one grouped product for both), else
+    // gate_exps and up_exps.
+    DeviceWeight router, gate_up_exps, gate_exps, up_exps, down_exps;
   };
 
   class Uploader;
@@ -84,6 +87,10 @@ class CudaBackend : public backend::Backend {
   void destroy_streams();
   void upload_weights(const model::ModelWeights& weights);
   DeviceWeight upload_matrix(const model::WeightView& w, Uploader& uploader);
+  // Expert e's gate rows then its up rows, for every expert: one matrix of
+  // n_expert x (gate rows + up rows).
+  DeviceWeight upload_interleaved(const std::vector<model::WeightView>& gate, const std::vector<model::WeightView>& up,
+                                  Uploader& uploader);
   const float* upload_vector(const model::WeightView& w);
   // Enqueues the layers for the n tokens already in the device id buffers,
   // leaving the hidden states in x_.
@@ -152,7 +159,9 @@ class CudaBackend : public backend::Backend {
   int32_t *expert_ids_ = nullptr, *sorted_slots_ = nullptr, *slot_rows_ = nullptr;
   float* expert_weights_ = nullptr;
   ExpertItem* expert_items_ = nullptr;
-  float *expert_x_ = nullptr, *expert_gate_ = nullptr, *expert_up_ = nullptr, *expert_out_ = nullptr;
+  // gate_up_ holds [slots][2 n_ff_expert] (the fused product) or gate
+  // then up, [slots][n_ff_expert] each; act_ silu(gate) * up.
+  float *expert_x_ = nullptr, *expert_gate_up_ = nullptr, *expert_act_ = nullptr, *expert_out_ = nullptr;
   PinnedBuffer host_ids_;     // tokens, positions, seq ids staged for upload
   PinnedBuffer host_logits_;  // max_logit_rows x n_vocab
   int max_logit_rows_ = 32;

@@ -109,6 +109,20 @@ __global__ void __launch_bounds__(kThreads) add_bias_kernel(BiasArgs a) {
   }
 }
 
+// Rows of a fused gate/up product: out[r][j] = act(gate_up[r][j],
+// gate_up[r][n_ff + j]).
+template <class Act>
+__global__ void __launch_bounds__(kThreads)
+    gated_rows_kernel(const float* __restrict__ gate_up, int64_t rows, int n_ff, float* __restrict__ out) {
+  const int64_t total = rows * n_ff;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total; i += stride) {
+    const float* row = gate_up + i / n_ff * 2 * n_ff;
+    const int64_t j = i % n_ff;
+    out[i] = Act()(row[j], row[n_ff + j]);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) scale_and_cap_kernel(float* x, int64_t n, float scale, float cap) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
@@ -143,6 +157,13 @@ void gated(const char* op, const float* gate, const float* up, float* out, int64
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   gated<Silu>("silu_mul", gate, up, out, n, stream);
+}
+
+void silu_mul_rows(const float* gate_up, int64_t rows, int n_ff, float* out, cudaStream_t stream) {
+  check_count("silu_mul_rows", rows * n_ff);
+  if (rows * n_ff == 0) return;
+  gated_rows_kernel<Silu><<<blocks_for(rows * n_ff), kThreads, 0, stream>>>(gate_up, rows, n_ff, out);
+  M40_CUDA_CHECK_LAUNCH();
 }
 
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {

@@ -55,6 +55,11 @@ void attention_temperature(float* q, int n_tokens, int row_len, const int32_t* p
 // out = silu(gate) * up over n values. CPU twin: cpu::silu_mul.
 void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 
+// The same over rows of a fused gate/up product (the MoE experts' gate and
+// up stacked per expert): out[r][j] = silu(gate_up[r][j]) *
+// gate_up[r][n_ff + j], out [rows][n_ff]. CPU twin: cpu::silu_mul.
+void silu_mul_rows(const float* gate_up, int64_t rows, int n_ff, float* out, cudaStream_t stream);
+
 // out = gelu(gate) * up over n values, GELU in its tanh form. CPU twin:
 // cpu::gelu_mul.
 void gelu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);

@@ -276,8 +276,8 @@ void gemm(const DeviceWeight& w, const float* x, int n_tokens, float* y, const f
   mm::launch_gemm(p);
 }
 
-void grouped_matmul(const DeviceWeight& experts, int n_expert, const float* x, int item_tokens, const ExpertItem* items,
-                    int n_items, float* y, cudaStream_t stream) {
+void grouped_matmul(const DeviceWeight& experts, int n_expert, const float* x, bool x_by_token, int item_tokens,
+                    const ExpertItem* items, int n_items, float* y, cudaStream_t stream) {
   if (n_expert <= 0 || experts.rows % n_expert != 0) {
     throw Error("grouped_matmul: " + std::to_string(experts.rows) + " rows are not " + std::to_string(n_expert) +
                 " experts' matrices");
@@ -286,6 +286,7 @@ void grouped_matmul(const DeviceWeight& experts, int n_expert, const float* x, i
     throw Error("grouped_matmul: " + std::to_string(item_tokens) + " tokens per item (1 to " +
                 std::to_string(kMaxExpertGemmTokens) + ")");
   }
+  if (x_by_token && item_tokens != 1) throw Error("grouped_matmul: x by token takes items of one token");
   if (n_items < 0 || (n_items > 0 && items == nullptr) || n_items > 65535) {
     throw Error("grouped_matmul: " + std::to_string(n_items) + " work items");
   }
@@ -294,7 +295,7 @@ void grouped_matmul(const DeviceWeight& experts, int n_expert, const float* x, i
   mm::Product p = checked_product("grouped_matmul", one, x, item_tokens, y, nullptr, stream);
   if (p.rows == 0 || n_items == 0) return;
   if (p.cols == 0) throw Error("grouped_matmul: experts of zero columns");
-  p.grouping = {items, n_items, one.row_bytes * static_cast<size_t>(one.rows)};
+  p.grouping = {items, n_items, one.row_bytes * static_cast<size_t>(one.rows), x_by_token};
   if (!fast_path_fits(p)) return mm::launch_scalar(p);
   if (item_tokens <= kMaxExpertMatvecTokens) return mm::launch_matvec(p);
   if (p.cols % 32 != 0) return mm::launch_scalar(p);

@@ -49,25 +49,27 @@ bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const Out
 
 // Grouped products of mixture-of-experts layers (moe.h builds the work).
 // `experts` stacks n_expert matrices of rows_per_expert rows each (a GGUF
-// *_exps tensor: expert e's rows start at row e * rows_per_expert). x and y
-// hold rows in expert order ([rows][cols] and [rows][rows_per_expert]); work
-// item i multiplies rows first .. first + count - 1 of x by expert `expert`'s
-// matrix, so every chosen expert's weights are read once per item and the
-// others not at all. Items with expert < 0 do nothing (the grid is sized
-// for the most items a step can have, so that it can be captured in a
-// graph). count <= item_tokens, which picks the kernel: up to
-// kMaxExpertMatvecTokens the decode kernel, up to kMaxExpertGemmTokens the
-// prefill gemm tile.
+// *_exps tensor: expert e's rows start at row e * rows_per_expert). y holds
+// rows in expert order ([rows][rows_per_expert]); work item i multiplies
+// rows first .. first + count - 1 of x ([rows][cols], in the same order) by
+// expert `expert`'s matrix into the same rows of y, so every chosen expert's
+// weights are read once per item and the others not at all. With
+// x_by_token, x is the step's tokens ([n_tokens][cols]) and an item (of one
+// row: item_tokens 1) reads its token's row instead, so no gathered copy is
+// needed. Items with expert < 0 do nothing (the grid is sized for the most
+// items a step can have, so that it can be captured in a graph). count <=
+// item_tokens, which picks the kernel: up to kMaxExpertMatvecTokens the
+// decode kernel, up to kMaxExpertGemmTokens the prefill gemm tile.
 struct ExpertItem {
   int32_t expert = -1;
   int32_t first = 0;
   int32_t count = 0;
-  int32_t unused = 0;  // 16 bytes: one vector load
+  int32_t token = 0;  // the token of row `first` (16 bytes in all: one vector load)
 };
 inline constexpr int kMaxExpertMatvecTokens = 8;
 inline constexpr int kMaxExpertGemmTokens = 64;
-void grouped_matmul(const DeviceWeight& experts, int n_expert, const float* x, int item_tokens, const ExpertItem* items,
-                    int n_items, float* y, cudaStream_t stream);
+void grouped_matmul(const DeviceWeight& experts, int n_expert, const float* x, bool x_by_token, int item_tokens,
+                    const ExpertItem* items, int n_items, float* y, cudaStream_t stream);
 
 // Picks matvec for n_tokens <= kMaxMatvecTokens, else gemm.
 void matmul(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,

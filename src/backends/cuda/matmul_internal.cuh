@@ -31,13 +31,15 @@ struct ExpertGrouping {
   const ExpertItem* items = nullptr;  // null: a plain product
   int n_items = 0;
   size_t expert_bytes = 0;  // from one expert's matrix to the next
+  bool x_by_token = false;  // x row: the item's token, not its first row
 };
 
 // A block's work item: where its expert's matrix and its rows begin, and
 // how many rows (tokens) it has; count 0 for none.
 struct ExpertItemPlace {
   size_t w_offset = 0;  // bytes
-  size_t row = 0;       // first row of x and y
+  size_t x_row = 0;
+  size_t y_row = 0;
   int count = 0;
 };
 __device__ __forceinline__ ExpertItemPlace expert_item_place(const ExpertGrouping& g, int item_index) {
@@ -45,7 +47,8 @@ __device__ __forceinline__ ExpertItemPlace expert_item_place(const ExpertGroupin
   ExpertItemPlace place;
   if (item.x < 0 || item.z <= 0) return place;
   place.w_offset = static_cast<size_t>(item.x) * g.expert_bytes;
-  place.row = static_cast<size_t>(item.y);
+  place.x_row = static_cast<size_t>(g.x_by_token ? item.w : item.y);
+  place.y_row = static_cast<size_t>(item.y);
   place.count = item.z;
   return place;
 }
@@ -58,8 +61,8 @@ __device__ __forceinline__ ExpertItemPlace expert_item_place(const ExpertGroupin
       const ::m40::cuda::mm::ExpertItemPlace place_ = ::m40::cuda::mm::expert_item_place(grouping, item_index); \
       if (place_.count == 0) return;                                                                      \
       (w) += place_.w_offset;                                                                             \
-      (x) += place_.row * static_cast<size_t>(x_stride);                                                  \
-      (y) += place_.row * static_cast<size_t>(rows);                                                      \
+      (x) += place_.x_row * static_cast<size_t>(x_stride);                                                \
+      (y) += place_.y_row * static_cast<size_t>(rows);                                                    \
       (n_tokens) = place_.count;                                                                          \
     }                                                                                                     \
   } while (false)

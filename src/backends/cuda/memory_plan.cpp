@@ -78,10 +78,11 @@ MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights&
   if (hp.has_experts()) {
     // Per token the router's logits; per slot (token x chosen expert) its
     // id, weight, two sort indices and work item (16 bytes), the gathered
-    // x and the expert's output (n_embd each), gate and up (n_ff_expert).
+    // x and the expert's output (n_embd each), gate, up and their
+    // activation (n_ff_expert each).
     const uint64_t slots = uint64_t{hp.n_expert_used} * shape.max_batch;
     plan.scratch += uint64_t{hp.n_expert} * shape.max_batch * sizeof(float) + slots * (4 * sizeof(int32_t) + 16) +
-                    slots * (2ull * hp.n_embd + 2ull * hp.n_ff_expert) * sizeof(float) + 10 * Arena::kAlignment;
+                    slots * (2ull * hp.n_embd + 3ull * hp.n_ff_expert) * sizeof(float) + 10 * Arena::kAlignment;
   }
   plan.reserve = 256ull << 20;
   return plan;

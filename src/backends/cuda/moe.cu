@@ -18,19 +18,14 @@ constexpr int kRouteWarps = 4;  // tokens per block of the routing kernel
 // below by it before dividing.
 constexpr float kMinWeightSum = 6.103515625e-5f;
 
-// One warp per token: softmax into shared memory, then k rounds of a warp
-// argmax (the higher probability, then the lower index), each winner
-// marked -1 (probabilities are >= 0) so the next round skips it.
-__global__ void route_kernel(const float* __restrict__ logits, int n_tokens, int n_expert, int k,
-                             int32_t* __restrict__ ids, float* __restrict__ weights) {
-  extern __shared__ float probs_of_warp[];
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+// One warp routes token t: softmax of its logits into `probs` (the warp's
+// n_expert floats of shared memory), then k rounds of a warp argmax (the
+// higher probability, then the lower index), each winner marked -1
+// (probabilities are >= 0) so that the next round skips it.
+__device__ void route_token(const float* __restrict__ logits, int t, int n_expert, int k, float* probs,
+                            int32_t* __restrict__ ids, float* __restrict__ weights) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
-  if (t >= n_tokens) return;  // whole warps; no block barrier follows
-  float* probs = probs_of_warp + warp * n_expert;
   const float* row = logits + static_cast<size_t>(t) * n_expert;
-
   float max = -INFINITY;
   for (int e = lane; e < n_expert; e += kWarpSize) max = fmaxf(max, row[e]);
   max = warp_max(max);
@@ -59,15 +54,15 @@ __global__ void route_kernel(const float* __restrict__ logits, int n_tokens, int
     }
     chosen_sum += best;  // in slot order, as the CPU adds them
     if (lane == s) my_prob = best;
+    __syncwarp();  // every lane has read probs[best_e]
     if (lane == 0) {
       ids[static_cast<size_t>(t) * k + s] = best_e;
       probs[best_e] = -1.0f;
+      // Slots past the warp's lanes: their probability waits in memory.
+      if (s >= kWarpSize) weights[static_cast<size_t>(t) * k + s] = best;
     }
     __syncwarp();
-    // Slots past the warp's lanes: written at once (k > 32 is rare).
-    if (s >= kWarpSize && lane == 0) weights[static_cast<size_t>(t) * k + s] = best;
   }
-  __syncwarp();  // the slots past 32 lanes are in memory
   const float inv_chosen = 1.0f / fmaxf(chosen_sum, kMinWeightSum);
   for (int s = lane; s < k; s += kWarpSize) {
     const float p = s < kWarpSize ? my_prob : weights[static_cast<size_t>(t) * k + s];
@@ -75,47 +70,70 @@ __global__ void route_kernel(const float* __restrict__ logits, int n_tokens, int
   }
 }
 
-// One block of kGroupThreads. Counting and placing go one expert per warp
-// at a time: a ballot over 32 slots finds the expert's slots among them and
-// their order, so the expert's rows keep slot order without atomics.
-constexpr int kGroupThreads = 512;
+__global__ void route_kernel(const float* __restrict__ logits, int n_tokens, int n_expert, int k,
+                             int32_t* __restrict__ ids, float* __restrict__ weights) {
+  extern __shared__ float probs_of_warp[];
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= n_tokens) return;  // whole warps; no block barrier follows
+  route_token(logits, t, n_expert, k, probs_of_warp + warp * n_expert, ids, weights);
+}
 
-__global__ void __launch_bounds__(kGroupThreads)
-    group_kernel(const int32_t* __restrict__ ids, int n_slots, int n_expert, int item_tokens, int n_items,
-                 int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows, ExpertItem* __restrict__ items) {
-  extern __shared__ int shared_ints[];
-  int* count = shared_ints;             // [n_expert]
-  int* first_row = count + n_expert;    // [n_expert]
+// The block's shared ints for group_slots: 3 n_expert + 1.
+__host__ __device__ constexpr int group_shared_ints(int n_expert) { return 3 * n_expert + 1; }
+
+// The whole block orders the slots by expert (group_by_expert). Counting
+// and placing go one expert per warp at a time: a ballot over 32 slots finds
+// the expert's slots among them and their order, so the rows keep slot order
+// without atomics. The first warp scans the counts (a chunk of experts per
+// lane, then a shuffle scan). `ids` may have been written by this block
+// (visible after its barrier).
+__device__ void group_slots(const int32_t* ids, int n_slots, int n_expert, int k, int item_tokens, int n_items,
+                            int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows,
+                            ExpertItem* __restrict__ items, int* shared) {
+  int* count = shared;                     // [n_expert]
+  int* first_row = count + n_expert;       // [n_expert]
   int* first_item = first_row + n_expert;  // [n_expert + 1]
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  constexpr int kWarps = kGroupThreads / kWarpSize;
+  const int n_warps = static_cast<int>(blockDim.x) / kWarpSize;
 
-  for (int e = warp; e < n_expert; e += kWarps) {
+  for (int e = warp; e < n_expert; e += n_warps) {
     int c = 0;
     for (int base = 0; base < n_slots; base += kWarpSize) {
       const int s = base + lane;
-      c += __popc(__ballot_sync(kFullWarpMask, s < n_slots && __ldg(ids + s) == e));
+      c += __popc(__ballot_sync(kFullWarpMask, s < n_slots && ids[s] == e));
     }
     if (lane == 0) count[e] = c;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {  // a few hundred experts at most: a serial scan
-    int row = 0, item = 0;
-    for (int e = 0; e < n_expert; ++e) {
-      first_row[e] = row;
-      first_item[e] = item;
-      row += count[e];
-      item += (count[e] + item_tokens - 1) / item_tokens;
+  if (warp == 0) {
+    const int chunk = (n_expert + kWarpSize - 1) / kWarpSize;
+    const int begin = min(lane * chunk, n_expert), end = min(begin + chunk, n_expert);
+    int rows = 0, n_of_items = 0;
+    for (int e = begin; e < end; ++e) rows += count[e], n_of_items += (count[e] + item_tokens - 1) / item_tokens;
+    int rows_before = rows, items_before = n_of_items;  // inclusive scans, then made exclusive
+    for (int offset = 1; offset < kWarpSize; offset *= 2) {
+      const int r = __shfl_up_sync(kFullWarpMask, rows_before, offset);
+      const int i = __shfl_up_sync(kFullWarpMask, items_before, offset);
+      if (lane >= offset) rows_before += r, items_before += i;
     }
-    first_item[n_expert] = item;
+    if (lane == kWarpSize - 1) first_item[n_expert] = items_before;
+    rows_before -= rows;
+    items_before -= n_of_items;
+    for (int e = begin; e < end; ++e) {
+      first_row[e] = rows_before;
+      first_item[e] = items_before;
+      rows_before += count[e];
+      items_before += (count[e] + item_tokens - 1) / item_tokens;
+    }
   }
   __syncthreads();
-  for (int e = warp; e < n_expert; e += kWarps) {
+  for (int e = warp; e < n_expert; e += n_warps) {
     int placed = first_row[e];
     for (int base = 0; base < n_slots; base += kWarpSize) {
       const int s = base + lane;
-      const bool mine = s < n_slots && __ldg(ids + s) == e;
+      const bool mine = s < n_slots && ids[s] == e;
       const unsigned ballot = __ballot_sync(kFullWarpMask, mine);
       if (mine) {
         const int row = placed + __popc(ballot & ((1u << lane) - 1u));
@@ -124,19 +142,53 @@ __global__ void __launch_bounds__(kGroupThreads)
       }
       placed += __popc(ballot);
     }
-    // The expert's items: rows first_row + j * item_tokens, j by lane.
+  }
+  __syncthreads();  // sorted_slots written: the items name their first row's token
+  for (int e = warp; e < n_expert; e += n_warps) {
     const int n_of_expert = first_item[e + 1] - first_item[e];
     for (int j = lane; j < n_of_expert; j += kWarpSize) {
       const int index = first_item[e] + j;
       if (index < n_items) {  // always, by max_expert_items
         const int first = first_row[e] + j * item_tokens;
-        items[index] = ExpertItem{e, first, min(item_tokens, first_row[e] + count[e] - first), 0};
+        items[index] = ExpertItem{e, first, min(item_tokens, first_row[e] + count[e] - first), sorted_slots[first] / k};
       }
     }
   }
-  for (int i = first_item[n_expert] + static_cast<int>(threadIdx.x); i < n_items; i += kGroupThreads) {
+  for (int i = first_item[n_expert] + static_cast<int>(threadIdx.x); i < n_items; i += static_cast<int>(blockDim.x)) {
     items[i] = ExpertItem{-1, 0, 0, 0};
   }
+}
+
+constexpr int kGroupThreads = 512;
+
+__global__ void __launch_bounds__(kGroupThreads)
+    group_kernel(const int32_t* __restrict__ ids, int n_slots, int n_expert, int k, int item_tokens, int n_items,
+                 int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows, ExpertItem* __restrict__ items) {
+  extern __shared__ int group_shared[];
+  group_slots(ids, n_slots, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, group_shared);
+}
+
+// Small steps (decode): routing and grouping in one block, one launch
+// instead of two on the critical path of every layer. 8 warps route a token
+// each at a time (their probabilities beside the grouping's ints: at most
+// 32 + 12 KB of shared memory).
+constexpr int kFusedThreads = 256;
+constexpr int kFusedWarps = kFusedThreads / kWarpSize;
+static_assert(kFusedWarps * kMaxExperts * sizeof(float) + group_shared_ints(kMaxExperts) * sizeof(int) <= 48 * 1024,
+              "the fused kernel's shared memory fits the default 48 KB");
+
+__global__ void __launch_bounds__(kFusedThreads)
+    route_and_group_kernel(const float* __restrict__ logits, int n_tokens, int n_expert, int k, int item_tokens,
+                           int n_items, int32_t* ids, float* __restrict__ weights, int32_t* __restrict__ sorted_slots,
+                           int32_t* __restrict__ slot_rows, ExpertItem* __restrict__ items) {
+  extern __shared__ float fused_shared[];
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  for (int t = warp; t < n_tokens; t += kFusedWarps) {
+    route_token(logits, t, n_expert, k, fused_shared + warp * n_expert, ids, weights);
+  }
+  __syncthreads();
+  group_slots(ids, n_tokens * k, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items,
+              reinterpret_cast<int*>(fused_shared + kFusedWarps * n_expert));
 }
 
 __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __restrict__ sorted_slots, int k,
@@ -197,16 +249,39 @@ int max_expert_items(int n_tokens, int k, int n_expert, int item_tokens) {
   return static_cast<int>(std::min<int64_t>(slots, std::min<int64_t>(n_expert, slots) + slots / item_tokens));
 }
 
-void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int item_tokens, int n_items, int32_t* sorted_slots,
-                     int32_t* slot_rows, ExpertItem* items, cudaStream_t stream) {
-  if (n_expert < 1 || n_expert > kMaxExperts || item_tokens < 1) {
-    throw Error("group_by_expert: " + std::to_string(n_expert) + " experts, " + std::to_string(item_tokens) +
-                " tokens per item");
+namespace {
+
+void check_grouping(const char* op, int n_expert, int k, int item_tokens) {
+  if (n_expert < 1 || n_expert > kMaxExperts || k < 1 || k > n_expert || item_tokens < 1) {
+    throw Error(std::string(op) + ": " + std::to_string(n_expert) + " experts (1 to " + std::to_string(kMaxExperts) +
+                "), " + std::to_string(k) + " chosen, " + std::to_string(item_tokens) + " tokens per item");
   }
+}
+
+}  // namespace
+
+void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int k, int item_tokens, int n_items,
+                     int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items, cudaStream_t stream) {
+  check_grouping("group_by_expert", n_expert, k, item_tokens);
   if (n_slots <= 0 || n_items <= 0) return;
-  const size_t shared = (3 * static_cast<size_t>(n_expert) + 1) * sizeof(int);
-  group_kernel<<<1, kGroupThreads, shared, stream>>>(ids, n_slots, n_expert, item_tokens, n_items, sorted_slots,
+  const size_t shared = group_shared_ints(n_expert) * sizeof(int);
+  group_kernel<<<1, kGroupThreads, shared, stream>>>(ids, n_slots, n_expert, k, item_tokens, n_items, sorted_slots,
                                                      slot_rows, items);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+void route_and_group(const float* logits, int n_tokens, int n_expert, int k, int item_tokens, int n_items,
+                     int32_t* ids, float* weights, int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items,
+                     cudaStream_t stream) {
+  check_grouping("route_and_group", n_expert, k, item_tokens);
+  if (n_tokens <= 0 || n_items <= 0) return;
+  if (n_tokens > kMaxFusedRouteTokens) {
+    route_experts(logits, n_tokens, n_expert, k, ids, weights, stream);
+    return group_by_expert(ids, n_tokens * k, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, stream);
+  }
+  const size_t shared = kFusedWarps * n_expert * sizeof(float) + group_shared_ints(n_expert) * sizeof(int);
+  route_and_group_kernel<<<1, kFusedThreads, shared, stream>>>(logits, n_tokens, n_expert, k, item_tokens, n_items, ids,
+                                                               weights, sorted_slots, slot_rows, items);
   M40_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,7 +2,8 @@
 // reference, src/backends/cpu/moe.h): the router's logits (a plain product)
 // → route_experts (softmax, top k, renormalized weights) → group_by_expert
 // (the step's (token, slot) pairs in expert order, cut into work items) →
-// gather_expert_rows → grouped products of the chosen experts only
+// gather_expert_rows (unless each item is one token, which the products
+// then read in place) → grouped products of the chosen experts only
 // (matmul.h, grouped_matmul: gate and up, silu, down) → combine_experts
 // (each token's weighted sum of its slots, plus the residual). Every launch
 // has a grid fixed by the step's token count, so a decode step stays one
@@ -38,13 +39,22 @@ int expert_item_tokens(int n_tokens, int k, int n_expert);
 // plus one for each item_tokens of the n_tokens * k choices.
 int max_expert_items(int n_tokens, int k, int n_expert, int item_tokens);
 
-// Orders the n_slots = n_tokens * k choices by expert (slots in their order
-// within an expert): sorted_slots[r] is the slot at sorted row r,
-// slot_rows[s] the sorted row of slot s. Expert e's rows are cut into work
-// items of at most item_tokens rows, items[0 .. n_items) in expert order;
-// items past the step's last have expert -1. One block.
-void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int item_tokens, int n_items,
+// Orders the n_slots = n_tokens * k choices (ids, slot s = t * k + i) by
+// expert, slots in their order within an expert: sorted_slots[r] is the slot
+// at sorted row r, slot_rows[s] the sorted row of slot s. Expert e's rows are
+// cut into work items of at most item_tokens rows, items[0 .. n_items) in
+// expert order, each naming the token of its first row; items past the
+// step's last have expert -1. One block.
+void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int k, int item_tokens, int n_items,
                      int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items, cudaStream_t stream);
+
+// route_experts then group_by_expert; one launch (one block) for steps of
+// up to kMaxFusedRouteTokens tokens, where each kernel is a few
+// microseconds on the critical path of every layer.
+inline constexpr int kMaxFusedRouteTokens = 32;
+void route_and_group(const float* logits, int n_tokens, int n_expert, int k, int item_tokens, int n_items,
+                     int32_t* ids, float* weights, int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items,
+                     cudaStream_t stream);
 
 // out[r] = x[sorted_slots[r] / k] for the n_slots rows of n_embd values.
 void gather_expert_rows(const float* x, const int32_t* sorted_slots, int k, int n_slots, int n_embd, float* out,

@@ -347,6 +347,28 @@ TEST_F(LayerKernels, SiluMulMatchesTheCpu) {
   check_silu_mul(stream_, 7, 0, false);
 }
 
+// silu_mul_rows: rows of [gate | up] (a fused expert product) against
+// cpu::silu_mul of each row's halves.
+TEST_F(LayerKernels, SiluMulRowsMatchesTheCpuOnEachRowsHalves) {
+  for (const auto& [rows, n_ff] : {std::pair{1, 768}, std::pair{37, 32}, std::pair{300, 1408}}) {
+    SCOPED_TRACE(std::to_string(rows) + " rows of " + std::to_string(n_ff));
+    const auto gate_up = random_floats(static_cast<size_t>(rows) * 2 * n_ff, -12.0f, 12.0f, 23);
+    std::vector<float> cpu(static_cast<size_t>(rows) * n_ff);
+    for (int r = 0; r < rows; ++r) {
+      const float* row = gate_up.data() + static_cast<size_t>(r) * 2 * n_ff;
+      cpu::silu_mul(row, row + n_ff, cpu.data() + static_cast<size_t>(r) * n_ff, n_ff);
+    }
+    DeviceBuffer<float> d_in(gate_up.size()), d_out(cpu.size());
+    M40_CUDA_CHECK(cudaMemcpy(d_in.get(), gate_up.data(), gate_up.size() * 4, cudaMemcpyHostToDevice));
+    poison(d_out);
+    silu_mul_rows(d_in.get(), rows, n_ff, d_out.get(), stream_);
+    M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<float> gpu(cpu.size());
+    M40_CUDA_CHECK(cudaMemcpy(gpu.data(), d_out.get(), gpu.size() * 4, cudaMemcpyDeviceToHost));
+    expect_close(gpu, cpu, kSilu.rel, kSilu.abs, "silu_mul_rows");
+  }
+}
+
 void check_add(cudaStream_t stream, int64_t n, int misalign) {
   SCOPED_TRACE(std::to_string(n) + " values" + (misalign != 0 ? ", unaligned" : ""));
   const auto y = random_floats(static_cast<size_t>(n), -5.0f, 5.0f, 31);

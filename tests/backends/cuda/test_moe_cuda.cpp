@@ -95,6 +95,12 @@ TEST(MoeCuda, RoutingRefusesBadArguments) {
   EXPECT_THROW(route_experts(nullptr, 1, 0, 1, nullptr, nullptr, nullptr), Error);
   EXPECT_THROW(route_experts(nullptr, 1, kMaxExperts + 1, 1, nullptr, nullptr, nullptr), Error);
   EXPECT_THROW(route_experts(nullptr, 1, 8, 9, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(route_and_group(nullptr, 1, 8, 9, 1, 8, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(group_by_expert(nullptr, 8, kMaxExperts + 1, 1, 1, 8, nullptr, nullptr, nullptr, nullptr), Error);
+  DeviceWeight w{test::TensorType::F32, 32, 64, 128, nullptr};
+  // Items of two tokens cannot read x by token; 64 rows are not 3 experts.
+  EXPECT_THROW(grouped_matmul(w, 4, nullptr, true, 2, nullptr, 0, nullptr, nullptr), Error);
+  EXPECT_THROW(grouped_matmul(w, 3, nullptr, false, 1, nullptr, 0, nullptr, nullptr), Error);
 }
 
 TEST(MoeCuda, ItemSizesFollowTheTokensPerExpert) {
@@ -112,17 +118,30 @@ TEST(MoeCuda, ItemSizesFollowTheTokensPerExpert) {
 }
 
 // Checks what group_by_expert promises for `ids` against a host ordering.
-void expect_grouping(const std::vector<int32_t>& ids, int n_expert, int item_tokens) {
+// With logits, the routing runs first (route_and_group: one fused block
+// up to kMaxFusedRouteTokens tokens) and `ids` is the CPU's routing of them.
+void expect_grouping(const std::vector<int32_t>& ids, int k, int n_expert, int item_tokens,
+                     const std::vector<float>* logits = nullptr) {
   const int n_slots = static_cast<int>(ids.size());
-  const int n_items = max_expert_items(n_slots, 1, n_expert, item_tokens) + 3;  // spare items must be marked empty
+  const int n_tokens = n_slots / k;
+  const int n_items = max_expert_items(n_tokens, k, n_expert, item_tokens) + 3;  // spare items must be marked empty
   DeviceBuffer<int32_t> d_ids(ids.size()), d_sorted(ids.size()), d_rows(ids.size());
   DeviceBuffer<ExpertItem> d_items(static_cast<size_t>(n_items));
-  to_device(d_ids, ids);
   poison(d_sorted);
   poison(d_rows);
   poison(d_items);
-  group_by_expert(d_ids.get(), n_slots, n_expert, item_tokens, n_items, d_sorted.get(), d_rows.get(), d_items.get(),
-                  nullptr);
+  if (logits != nullptr) {
+    DeviceBuffer<float> d_logits(logits->size()), d_weights(ids.size());
+    to_device(d_logits, *logits);
+    poison(d_ids);
+    route_and_group(d_logits.get(), n_tokens, n_expert, k, item_tokens, n_items, d_ids.get(), d_weights.get(),
+                    d_sorted.get(), d_rows.get(), d_items.get(), nullptr);
+    EXPECT_EQ(from_device(d_ids), ids) << "the routing";
+  } else {
+    to_device(d_ids, ids);
+    group_by_expert(d_ids.get(), n_slots, n_expert, k, item_tokens, n_items, d_sorted.get(), d_rows.get(),
+                    d_items.get(), nullptr);
+  }
   const auto sorted = from_device(d_sorted);
   const auto rows = from_device(d_rows);
   const auto items = from_device(d_items);
@@ -139,7 +158,7 @@ void expect_grouping(const std::vector<int32_t>& ids, int n_expert, int item_tok
     int end = r;
     while (end < n_slots && ids[want_sorted[end]] == e) ++end;
     for (int first = r; first < end; first += item_tokens) {
-      want_items.push_back(ExpertItem{e, first, std::min(item_tokens, end - first), 0});
+      want_items.push_back(ExpertItem{e, first, std::min(item_tokens, end - first), want_sorted[first] / k});
     }
     r = end;
   }
@@ -150,6 +169,7 @@ void expect_grouping(const std::vector<int32_t>& ids, int n_expert, int item_tok
       EXPECT_EQ(items[i].expert, want_items[i].expert);
       EXPECT_EQ(items[i].first, want_items[i].first);
       EXPECT_EQ(items[i].count, want_items[i].count);
+      EXPECT_EQ(items[i].token, want_items[i].token);
     } else {
       EXPECT_EQ(items[i].expert, -1);
     }
@@ -160,28 +180,53 @@ TEST(MoeCuda, GroupingOrdersSlotsByExpertAndCutsItems) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
   for (const int item_tokens : {1, 2, 8, 64}) {
     SCOPED_TRACE(std::to_string(item_tokens) + " tokens per item");
-    expect_grouping(random_choices(1, 8, 128, 1), 128, item_tokens);
-    expect_grouping(random_choices(32, 8, 128, 2), 128, item_tokens);
-    expect_grouping(random_choices(513, 8, 128, 3), 128, item_tokens);  // 4104 slots: many ballot rounds
-    expect_grouping(random_choices(40, 2, 8, 4), 8, item_tokens);
-    expect_grouping(random_choices(3, 3, 1000, 5), 1000, item_tokens);
+    expect_grouping(random_choices(1, 8, 128, 1), 8, 128, item_tokens);
+    expect_grouping(random_choices(32, 8, 128, 2), 8, 128, item_tokens);
+    expect_grouping(random_choices(513, 8, 128, 3), 8, 128, item_tokens);  // 4104 slots: many ballot rounds
+    expect_grouping(random_choices(40, 2, 8, 4), 2, 8, item_tokens);
+    expect_grouping(random_choices(3, 3, 1000, 5), 3, 1000, item_tokens);
+  }
+}
+
+// route_and_group: the fused block (up to 32 tokens) and the two kernels
+// past it route as the CPU does and group as group_by_expert promises.
+TEST(MoeCuda, RouteAndGroupRoutesAsTheCpuAndGroups) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
+  struct Case {
+    int n_tokens, n_expert, k;
+  };
+  for (const Case c : {Case{1, 128, 8}, Case{8, 128, 8}, Case{32, 128, 8}, Case{33, 128, 8}, Case{17, 8, 2},
+                       Case{2, 1024, 8}, Case{5, 40, 33}, Case{100, 60, 4}}) {
+    SCOPED_TRACE(std::to_string(c.n_tokens) + " tokens, " + std::to_string(c.n_expert) + " experts, k " +
+                 std::to_string(c.k));
+    const auto logits = test::random_floats(static_cast<size_t>(c.n_tokens) * c.n_expert, -4.0f, 4.0f,
+                                            static_cast<uint32_t>(c.n_tokens + c.n_expert));
+    std::vector<int32_t> ids;
+    std::vector<cpu::ExpertChoice> choice(c.k);
+    for (int t = 0; t < c.n_tokens; ++t) {
+      cpu::route_experts(logits.data() + static_cast<size_t>(t) * c.n_expert, c.n_expert, c.k, choice.data());
+      for (const auto& ch : choice) ids.push_back(ch.expert);
+    }
+    expect_grouping(ids, c.k, c.n_expert, expert_item_tokens(c.n_tokens, c.k, c.n_expert), &logits);
   }
 }
 
 // grouped_matmul of random stacked experts against cpu::matmul of each
 // slot's expert, for n_tokens tokens choosing k of n_expert each.
+// With x_by_token (items of one token only), x holds the tokens and each
+// item reads its token's row, as the FFN's decode steps do.
 void expect_grouped_product(test::TensorType type, int64_t rows, int64_t cols, int n_expert, int n_tokens, int k,
-                            cpu::ThreadPool& pool) {
+                            cpu::ThreadPool& pool, bool x_by_token = false) {
   SCOPED_TRACE(std::string(gguf::tensor_type_name(type)) + " " + std::to_string(rows) + " x " + std::to_string(cols) +
                ", " + std::to_string(n_expert) + " experts, " + std::to_string(n_tokens) + " tokens, k " +
-               std::to_string(k));
+               std::to_string(k) + (x_by_token ? ", x by token" : ""));
   const test::HostWeight w = test::random_weight(type, rows * n_expert, cols, static_cast<uint32_t>(rows + cols));
   const auto ids = random_choices(n_tokens, k, n_expert, static_cast<uint32_t>(n_tokens));
   const int n_slots = n_tokens * k;
-  const int item_tokens = expert_item_tokens(n_tokens, k, n_expert);
+  const int item_tokens = x_by_token ? 1 : expert_item_tokens(n_tokens, k, n_expert);
   const int n_items = max_expert_items(n_tokens, k, n_expert, item_tokens);
-  // Rows in expert order, as the FFN gathers them.
-  const auto x = test::random_activations(static_cast<size_t>(n_slots) * cols, 17);
+  // Rows in expert order, as the FFN gathers them (or the tokens' rows).
+  const auto x = test::random_activations(static_cast<size_t>(x_by_token ? n_tokens : n_slots) * cols, 17);
 
   DeviceBuffer<uint8_t> d_w(w.bytes.size());
   DeviceBuffer<int32_t> d_ids(ids.size()), d_sorted(ids.size()), d_rows(ids.size());
@@ -191,10 +236,10 @@ void expect_grouped_product(test::TensorType type, int64_t rows, int64_t cols, i
   to_device(d_ids, ids);
   to_device(d_x, x);
   poison(d_y);
-  group_by_expert(d_ids.get(), n_slots, n_expert, item_tokens, n_items, d_sorted.get(), d_rows.get(), d_items.get(),
-                  nullptr);
+  group_by_expert(d_ids.get(), n_slots, n_expert, k, item_tokens, n_items, d_sorted.get(), d_rows.get(),
+                  d_items.get(), nullptr);
   DeviceWeight dw{type, cols, rows * n_expert, w.row_bytes, d_w.get()};
-  grouped_matmul(dw, n_expert, d_x.get(), item_tokens, d_items.get(), n_items, d_y.get(), nullptr);
+  grouped_matmul(dw, n_expert, d_x.get(), x_by_token, item_tokens, d_items.get(), n_items, d_y.get(), nullptr);
   const auto y = from_device(d_y);
   const auto sorted = from_device(d_sorted);
 
@@ -208,12 +253,11 @@ void expect_grouped_product(test::TensorType type, int64_t rows, int64_t cols, i
     view.cols = static_cast<uint64_t>(cols);
     view.row_bytes = w.row_bytes;
     view.data = w.bytes.data() + static_cast<size_t>(e) * rows * w.row_bytes;
-    cpu::matmul(view, x.data() + static_cast<size_t>(r) * cols, 1, want.data() + static_cast<size_t>(r) * rows, pool);
+    const float* x_row = x.data() + static_cast<size_t>(x_by_token ? sorted[r] / k : r) * cols;
+    cpu::matmul(view, x_row, 1, want.data() + static_cast<size_t>(r) * rows, pool);
     for (int64_t i = 0; i < rows; ++i) {
       double sum = 0.0;
-      for (int64_t c = 0; c < cols; ++c) {
-        sum += std::fabs(w.values[(e * rows + i) * cols + c] * x[static_cast<size_t>(r) * cols + c]);
-      }
+      for (int64_t c = 0; c < cols; ++c) sum += std::fabs(w.values[(e * rows + i) * cols + c] * x_row[c]);
       abs_sum[static_cast<size_t>(r) * rows + i] = sum;
     }
   }
@@ -243,6 +287,8 @@ TEST(MoeCuda, GroupedProductsMatchTheCpuInEveryType) {
     // 160 tokens (the gemm tile), over 16 experts of 2 chosen, and a
     // Mixtral-like 4 of 2 at 40 tokens (items of 8 and 64 after splits).
     expect_grouped_product(type, 64, cols, 16, 1, 2, pool);
+    expect_grouped_product(type, 64, cols, 16, 1, 2, pool, true);
+    expect_grouped_product(type, 64, cols, 16, 3, 4, pool, true);  // some experts chosen twice: items of one token
     expect_grouped_product(type, 64, cols, 16, 5, 2, pool);
     expect_grouped_product(type, 96, cols, 16, 32, 4, pool);
     expect_grouped_product(type, 130, cols, 16, 160, 2, pool);
@@ -255,6 +301,7 @@ TEST(MoeCuda, GroupedProductsOfOddShapesTakeTheScalarKernel) {
   cpu::ThreadPool pool(2);
   // 40 columns: no 16-value units, so neither the decode nor the gemm kernel.
   for (const int n_tokens : {1, 9, 100}) expect_grouped_product(test::TensorType::F32, 24, 40, 6, n_tokens, 3, pool);
+  expect_grouped_product(test::TensorType::F32, 24, 40, 6, 5, 3, pool, true);
 }
 
 TEST(MoeCuda, CombineAddsTheWeightedSlotsToTheResidual) {
