@@ -46,7 +46,9 @@ int run_bench(const BenchOptions& o) {
     for (int n : o.generate_sizes) {
       if (n <= 0) continue;
       for (int s : o.sequence_counts) {
-        tests.push_back({"tg" + std::to_string(n) + (s > 1 ? "@" + std::to_string(s) : "") + at, 0, n, s, d});
+        std::string name = "tg" + std::to_string(n);
+        if (s > 1) name += "@" + std::to_string(s);
+        tests.push_back({name + at, 0, n, s, d});
         n_seq = std::max(n_seq, s);
       }
       n_ctx = std::max(n_ctx, d + n);

@@ -66,7 +66,7 @@ struct ExpertItem {
   int32_t count = 0;
   int32_t token = 0;  // the token of row `first` (16 bytes in all: one vector load)
 };
-inline constexpr int kMaxExpertMatvecTokens = 8;
+inline constexpr int kMaxExpertMatvecTokens = 4;
 inline constexpr int kMaxExpertGemmTokens = 64;
 void grouped_matmul(const DeviceWeight& experts, int n_expert, const float* x, bool x_by_token, int item_tokens,
                     const ExpertItem* items, int n_items, float* y, cudaStream_t stream);

@@ -54,12 +54,14 @@
 // once, except for the 2-byte-aligned block formats (Q8_0, Q4_0, IQ4_NL),
 // whose tile loads cost more than a second matvec launch (kMatvecPast16).
 #include <algorithm>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/matmul_internal.cuh"
 #include "backends/cuda/stream_scratch.h"
+#include "common/error.h"
 
 namespace m40::cuda::mm {
 
@@ -269,8 +271,15 @@ constexpr int units_per_round() {
 
 // x_stride: floats from one token's x to the next (cols, or the padded row of
 // lane-ordered x).
-template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound, bool kLaneOrder>
-__global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens, kRows))
+// kGrouped: a grouped product (matmul.h, grouped_matmul), its own
+// instantiation: moving w, x and y to the block's work item keeps them in
+// registers, which the plain products' register caps have no room for
+// (sm_52 spilled up to 100 bytes in 26 of them when one kernel did both);
+// the grouped kernels take one block per SM less where that leaves two.
+constexpr int grouped_blocks_per_sm(int plain, bool grouped) { return grouped && plain > 2 ? plain - 1 : plain; }
+
+template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound, bool kLaneOrder, bool kGrouped>
+__global__ void __launch_bounds__(kMatvecThreads, grouped_blocks_per_sm(min_blocks_per_sm<Dec>(kTokens, kRows), kGrouped))
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
                   int x_stride, int n_tokens, float* y, const float* residual, OutputParts parts,
                   ExpertGrouping grouping) {
@@ -292,7 +301,7 @@ __global__ void __launch_bounds__(kMatvecThreads, min_blocks_per_sm<Dec>(kTokens
 
   // A grouped product's blocks of item blockIdx.y (the whole block leaves
   // together, before any barrier).
-  M40_SELECT_EXPERT_ITEM(grouping, static_cast<int>(blockIdx.y), w, x, x_stride, y, rows, n_tokens);
+  if constexpr (kGrouped) M40_SELECT_EXPERT_ITEM(grouping, static_cast<int>(blockIdx.y), w, x, x_stride, y, rows, n_tokens);
   const int thread = static_cast<int>(threadIdx.x);
   const int sub = thread % kLanes;           // the lane's place in its group
   const int warp_sub = thread % kWarpLanes;  // ... within its warp's part of the group
@@ -442,13 +451,22 @@ void launch(const Product& p) {
       permute_x_kernel<<<std::min((quads + 255) / 256, 1024), 256, 0, p.stream>>>(p.x, p.n_tokens, p.cols, stride,
                                                                                     Dec::kUnit, ordered.floats());
       M40_CUDA_CHECK_LAUNCH();
-      matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, true><<<blocks, kMatvecThreads, 0, p.stream>>>(
+      matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, true, false><<<blocks, kMatvecThreads, 0, p.stream>>>(
           p.w, p.row_bytes, p.rows, p.cols, ordered.floats(), stride, p.n_tokens, p.y, p.residual, p.parts, p.grouping);
       M40_CUDA_CHECK_LAUNCH();
       return;
     }
   }
-  matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, false><<<blocks, kMatvecThreads, 0, p.stream>>>(
+  if (p.grouping.items != nullptr) {
+    if constexpr (kTokens <= kMaxExpertMatvecTokens) {
+      matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, false, true><<<blocks, kMatvecThreads, 0, p.stream>>>(
+          p.w, p.row_bytes, p.rows, p.cols, p.x, p.cols, p.n_tokens, p.y, p.residual, p.parts, p.grouping);
+      M40_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    throw Error("grouped products take the decode kernel up to " + std::to_string(kMaxExpertMatvecTokens) + " tokens");
+  }
+  matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, false, false><<<blocks, kMatvecThreads, 0, p.stream>>>(
       p.w, p.row_bytes, p.rows, p.cols, p.x, p.cols, p.n_tokens, p.y, p.residual, p.parts, p.grouping);
   M40_CUDA_CHECK_LAUNCH();
 }

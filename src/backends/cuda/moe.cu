@@ -238,9 +238,13 @@ void route_experts(const float* logits, int n_tokens, int n_expert, int k, int32
 
 int expert_item_tokens(int n_tokens, int k, int n_expert) {
   const int64_t even_share = (int64_t{n_tokens} * k + n_expert - 1) / n_expert;
-  if (even_share > kMaxExpertMatvecTokens) return kMaxExpertGemmTokens;
+  // Past 4 x the decode kernel's tokens an expert's weights are read so
+  // often that the gemm tile's padding costs less; below, the decode kernel
+  // re-reads a busy expert's weights rather than multiply padding (on an
+  // M40, 8 tokens of Q4_K are already FP32-bound).
+  if (even_share > 4 * kMaxExpertMatvecTokens) return kMaxExpertGemmTokens;
   int tokens = 1;
-  while (tokens < even_share) tokens *= 2;
+  while (tokens < even_share && tokens < kMaxExpertMatvecTokens) tokens *= 2;
   return tokens;
 }
 

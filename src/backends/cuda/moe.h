@@ -32,7 +32,8 @@ void route_experts(const float* logits, int n_tokens, int n_expert, int k, int32
 // Tokens per work item for a step of n_tokens (matmul.h, grouped_matmul):
 // about the tokens an expert gets when the n_tokens * k choices spread evenly
 // over the experts, as a power of two up to kMaxExpertMatvecTokens (the
-// decode kernel), or kMaxExpertGemmTokens past that (the prefill tile).
+// decode kernel), or kMaxExpertGemmTokens (the prefill tile) where that
+// share passes 4 x kMaxExpertMatvecTokens.
 int expert_item_tokens(int n_tokens, int k, int n_expert);
 
 // The most work items a step can make: every expert that can be chosen,

@@ -107,7 +107,9 @@ TEST(MoeCuda, ItemSizesFollowTheTokensPerExpert) {
   EXPECT_EQ(expert_item_tokens(1, 8, 128), 1);
   EXPECT_EQ(expert_item_tokens(32, 8, 128), 2);
   EXPECT_EQ(expert_item_tokens(8, 2, 8), 2);
-  EXPECT_EQ(expert_item_tokens(32, 2, 8), 8);
+  EXPECT_EQ(expert_item_tokens(32, 2, 8), 4);   // 8 each: items of 4
+  EXPECT_EQ(expert_item_tokens(64, 2, 8), 4);   // 16 each
+  EXPECT_EQ(expert_item_tokens(65, 2, 8), kMaxExpertGemmTokens);
   EXPECT_EQ(expert_item_tokens(512, 8, 128), kMaxExpertGemmTokens);
   // Never fewer items than a step can make: every expert once, plus one
   // per item_tokens slots (checked against the worst case here, all slots
@@ -283,13 +285,14 @@ TEST(MoeCuda, GroupedProductsMatchTheCpuInEveryType) {
   cpu::ThreadPool pool(2);
   for (const test::TensorType type : test::all_types()) {
     const int64_t cols = gguf::tensor_type_traits(type).block_size <= 32 ? 96 : 512;
-    // One token (the wide decoders), 5 and 32 tokens (2 and 4 a item),
-    // 160 tokens (the gemm tile), over 16 experts of 2 chosen, and a
-    // Mixtral-like 4 of 2 at 40 tokens (items of 8 and 64 after splits).
+    // Items of 1 token (the wide decoders; x gathered or read in place),
+    // 2 and 4 (experts chosen more often than that split into several
+    // items), and the gemm tile of 64 (16 experts of 2 chosen at 160 tokens,
+    // Mixtral-like 4 of 2 at 40), rows not a multiple of the tiles.
     expect_grouped_product(type, 64, cols, 16, 1, 2, pool);
     expect_grouped_product(type, 64, cols, 16, 1, 2, pool, true);
     expect_grouped_product(type, 64, cols, 16, 3, 4, pool, true);  // some experts chosen twice: items of one token
-    expect_grouped_product(type, 64, cols, 16, 5, 2, pool);
+    expect_grouped_product(type, 64, cols, 16, 12, 2, pool);
     expect_grouped_product(type, 96, cols, 16, 32, 4, pool);
     expect_grouped_product(type, 130, cols, 16, 160, 2, pool);
     expect_grouped_product(type, 64, cols, 4, 40, 2, pool);
