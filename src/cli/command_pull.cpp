@@ -72,6 +72,8 @@ void register_pull_command(CLI::App& app) {
   cmd->footer(
       "Interrupted downloads resume where they stopped; the file is checked against the\n"
       "sha256 the source gives and validated as GGUF before it appears in `m40-llm list`.\n"
+      "A Hugging Face model split into parts (NAME-00001-of-0000N.gguf) is pulled part by part\n"
+      "and stored as one model.\n"
       "M40_LLM_HF_ENDPOINT sets the Hugging Face server, HF_TOKEN a token for gated repositories,\n"
       "M40_LLM_OLLAMA_REGISTRY the Ollama registry (default https://registry.ollama.ai).\n"
       "\n"

@@ -67,7 +67,7 @@ uint64_t kv_bytes_per_position(const model::ModelHparams& hp, backend::KvType ty
 MemoryBudget cpu_budget(const model::LoadedModel& model, const BackendOptions& options) {
   MemoryBudget b;
   b.available = system_available_memory() / 5 * 4;
-  b.fixed = model.file.file_size();
+  b.fixed = model.file.total_size();
   b.per_position = kv_bytes_per_position(model.hparams, options.kv_type);
   return b;
 }

@@ -64,7 +64,12 @@ class File {
   const TensorInfo& tensor(std::string_view name) const;  // throws if missing
 
   uint64_t data_offset() const { return data_offset_; }  // start of the data section
-  uint64_t file_size() const { return bytes_.size(); }
+  uint64_t file_size() const { return bytes_.size(); }  // this file's (the first part of a split model)
+  uint64_t total_size() const {                         // every part's
+    uint64_t total = bytes_.size();
+    for (const Part& p : parts_) total += p.bytes.size();
+    return total;
+  }
   std::span<const uint8_t> tensor_data(const TensorInfo& t) const {
     if (t.part == 0) return bytes_.subspan(data_offset_ + t.offset, t.byte_size);
     const Part& p = parts_[t.part - 1];

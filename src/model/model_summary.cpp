@@ -244,7 +244,7 @@ ModelSummary summarize(const gguf::File& file) {
   const gguf::Metadata& md = file.metadata();
   ModelSummary s;
   s.path = file.path();
-  s.file_size = file.file_size();
+  s.file_size = file.total_size();  // every part of a split model
   s.gguf_version = file.version();
   s.alignment = file.alignment();
   s.data_offset = file.data_offset();

@@ -59,7 +59,7 @@ struct TensorTypeStats {
 struct ModelSummary {
   // The file.
   std::string path;
-  uint64_t file_size = 0;
+  uint64_t file_size = 0;  // all parts of a split model
   uint32_t gguf_version = 0;
   uint32_t alignment = 0;
   uint64_t data_offset = 0;

@@ -235,8 +235,7 @@ void ModelManager::start_model(ResidentModel& m, const ModelTarget& target) cons
       engine::SchedulerOptions{.max_queue = options_.max_queue,
                                .prefill_chunk = options_.prefill_chunk,
                                .prefill_slowdown = options_.prefill_slowdown});
-  std::error_code ec;
-  m.size = fs::file_size(target.path, ec);
+  m.size = m.model->file.total_size();  // every part of a split model
   m.loaded_at = std::chrono::system_clock::now();
   m.load_seconds += std::chrono::duration<double>(SteadyClock::now() - start).count();
 }

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -32,7 +34,13 @@ bool is_model_gguf(const std::string& path) {
   return name.size() > 5 && name.ends_with(".GGUF") && !name.starts_with("MMPROJ");
 }
 
-bool is_split_part(const std::string& path) { return upper(path).find("-OF-0") != std::string::npos; }
+bool is_split_part(const std::string& path) { return parse_split_part(path).has_value(); }
+
+std::string split_part_path(const SplitPart& part, uint32_t number) {
+  char tail[64];
+  std::snprintf(tail, sizeof tail, "-%05u-of-%05u.gguf", number, part.count);
+  return part.prefix + tail;
+}
 
 std::string url_escape_path(const std::string& path) {
   static const char kHex[] = "0123456789ABCDEF";
@@ -68,6 +76,15 @@ bool has_next_relation(const std::string& params) {
 }
 
 }  // namespace
+
+std::optional<SplitPart> parse_split_part(const std::string& path) {
+  static const std::regex kPart(R"((.+)-([0-9]{5})-of-([0-9]{5})\.gguf)", std::regex::icase);
+  std::smatch m;
+  if (!std::regex_match(path, m, kPart)) return std::nullopt;
+  SplitPart part{m[1].str(), static_cast<uint32_t>(std::stoul(m[2].str())), static_cast<uint32_t>(std::stoul(m[3].str()))};
+  if (part.number == 0 || part.number > part.count) return std::nullopt;
+  return part;
+}
 
 std::string hf_endpoint() {
   std::string endpoint = "https://huggingface.co";
@@ -178,10 +195,6 @@ HfFile select_gguf(const std::vector<HfFile>& files, const std::string& quant, c
     std::stable_sort(found.begin(), found.end(), [](const HfFile* a, const HfFile* b) {
       return std::make_pair(is_split_part(a->path), a->path.size()) < std::make_pair(is_split_part(b->path), b->path.size());
     });
-    if (is_split_part(found.front()->path)) {
-      throw Error("the " + want + " model in " + repo_label + " is split into several files (" + base_name(found.front()->path) +
-                  "), which m40-llm cannot load yet");
-    }
     return found.front();
   };
   const HfFile* chosen = pick([&](const HfFile& f) { return quant_from_file_name(base_name(f.path)) == want; });
@@ -196,6 +209,25 @@ HfFile select_gguf(const std::vector<HfFile>& files, const std::string& quant, c
   std::string list;
   for (const auto& q : available) list += (list.empty() ? "" : ", ") + q;
   throw Error("no " + want + " GGUF file in " + repo_label + "; it has: " + list);
+}
+
+std::vector<HfFile> model_files(const std::vector<HfFile>& files, const HfFile& chosen, const std::string& repo_label) {
+  const auto split = parse_split_part(chosen.path);
+  if (!split) return {chosen};
+  std::vector<HfFile> parts;
+  for (uint32_t number = 1; number <= split->count; ++number) {
+    const auto it = std::find_if(files.begin(), files.end(), [&](const HfFile& f) {
+      const auto part = parse_split_part(f.path);
+      return part && part->prefix == split->prefix && part->count == split->count && part->number == number;
+    });
+    if (it == files.end()) {
+      throw Error("the model " + base_name(chosen.path) + " in " + repo_label + " is split into " +
+                  std::to_string(split->count) + " files, but part " + std::to_string(number) + " of " +
+                  std::to_string(split->count) + " (" + split_part_path(*split, number) + ") is not there");
+    }
+    parts.push_back(*it);
+  }
+  return parts;
 }
 
 }  // namespace m40::store

@@ -1,5 +1,7 @@
-// Hugging Face: a repository's file listing and the choice of one GGUF file
-// in it by quantization ("Q4_K_M"), as `ollama pull hf.co/ORG/REPO:QUANT`.
+// Hugging Face: a repository's file listing and the choice of one GGUF model
+// in it by quantization ("Q4_K_M"), as `ollama pull hf.co/ORG/REPO:QUANT`:
+// one file, or every part of one split by llama.cpp's gguf-split
+// (PREFIX-00001-of-0000N.gguf ... PREFIX-0000N-of-0000N.gguf).
 #pragma once
 
 #include <cstdint>
@@ -36,9 +38,27 @@ std::optional<std::string> next_page_url(const std::string& link_header, const s
 std::vector<HfFile> hf_list_files(const std::string& org, const std::string& repo, const RequestPolicy& policy = {});
 std::string hf_file_url(const std::string& org, const std::string& repo, const std::string& path);
 
+// Where a file of a split model stands among its parts:
+// "sub/M-Q4_K_M-00002-of-00003.gguf" -> {"sub/M-Q4_K_M", 2, 3}.
+struct SplitPart {
+  std::string prefix;  // the path before "-NNNNN-of-NNNNN.gguf"
+  uint32_t number = 0;  // 1-based
+  uint32_t count = 0;
+};
+// Nullopt for a file that is not a gguf-split part (a part's name says
+// which of how many it is, 1 <= number <= count, as the GGUF loader reads it).
+std::optional<SplitPart> parse_split_part(const std::string& path);
+
 // The GGUF file for a quantization (case-insensitive): the file whose name
-// carries it as a token, else contains it. With `quant` empty: Q4_K_M, or
-// the only GGUF file. Throws m40::Error listing the quantizations there are.
+// carries it as a token, else contains it; one file rather than the parts of
+// a split one, then the shortest path. With `quant` empty: Q4_K_M, or the
+// only GGUF file. Throws m40::Error listing the quantizations there are.
+// A split model comes back as one of its parts: model_files finds the rest.
 HfFile select_gguf(const std::vector<HfFile>& files, const std::string& quant, const std::string& repo_label);
+
+// The files of the model `chosen` belongs to, in order: {chosen} for one
+// file, every part for a part of a split model (whichever part was chosen).
+// Throws m40::Error naming the first part the listing lacks.
+std::vector<HfFile> model_files(const std::vector<HfFile>& files, const HfFile& chosen, const std::string& repo_label);
 
 }  // namespace m40::store

@@ -21,7 +21,10 @@ bool is_store_file_name(const std::string& part) {
                                "model.gguf.partial.json"}) {
     if (part == reserved) return true;
   }
-  return false;
+  // A split model's parts, their partial files and the names they are
+  // checked under (store.h).
+  static const std::regex kPartFile(R"((model|verifying)-[0-9]{5}-of-[0-9]{5}\.gguf(\.partial(\.json)?)?)");
+  return std::regex_match(part, kPartFile);
 }
 
 // Empty when valid, else why not. `what`: "tag" or "name part".

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "common/error.h"
@@ -173,20 +174,76 @@ std::string kept_layers(const OllamaExtras& x) {
   return list;
 }
 
-// The most bytes the model file may have: what the store's disk has free
-// (plus what a partial download of it holds already), and the caller's cap.
-std::optional<SizeCap> size_cap(const fs::path& dir, const fs::path& partial, const std::optional<SizeCap>& max_size) {
+// The most bytes the model may have: what the store's disk has free (plus
+// what partial downloads of it hold already), and the caller's cap.
+std::optional<SizeCap> size_cap(const fs::path& dir, const std::vector<fs::path>& partials,
+                                const std::optional<SizeCap>& max_size) {
   std::optional<SizeCap> cap;
   std::error_code ec;
   const fs::space_info space = fs::space(dir, ec);
   if (!ec && space.available != static_cast<std::uintmax_t>(-1)) {
-    std::error_code size_ec;
-    const uint64_t held = fs::file_size(partial, size_ec);
-    cap = SizeCap{space.available + (size_ec ? 0 : held), "the " + human_size(space.available) + " free on the store's disk"};
+    uint64_t held = 0;
+    for (const auto& partial : partials) {
+      std::error_code size_ec;
+      const uint64_t n = fs::file_size(partial, size_ec);
+      if (!size_ec) held += n;
+    }
+    cap = SizeCap{space.available + held, "the " + human_size(space.available) + " free on the store's disk"};
   }
   if (max_size && (!cap || max_size->bytes < cap->bytes)) cap = max_size;
   return cap;
 }
+
+// One file to fetch: the whole model, or one part of a split one.
+struct PartSource {
+  std::string url;
+  std::optional<std::string> expected_sha;
+  std::optional<uint64_t> expected_size;
+  fs::path partial;  // where its bytes gather
+  std::string sha;   // of what arrived
+  uint64_t size = 0;
+};
+
+// "part 2 of 3"
+std::string part_text(size_t index, size_t count) {
+  return "part " + std::to_string(index + 1) + " of " + std::to_string(count);
+}
+
+// Gives a split model's parts, downloaded and verified, gguf-split names
+// beside them (hard links, else symbolic ones), so that the GGUF reader
+// opens them as one model as it will once they are installed; the names go
+// again with this object.
+class SplitCheckNames {
+ public:
+  SplitCheckNames(const fs::path& dir, const std::vector<PartSource>& parts) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "verifying-%05zu-of-%05zu.gguf", i + 1, parts.size());
+      const fs::path link = dir / name;
+      std::error_code ec;
+      fs::remove(link, ec);
+      fs::create_hard_link(parts[i].partial, link, ec);
+      if (ec) {
+        ec.clear();
+        fs::create_symlink(parts[i].partial.filename(), link, ec);
+      }
+      if (ec) throw Error("cannot check the parts of the model in " + dir.string() + ": " + ec.message());
+      links_.push_back(link);
+    }
+  }
+  ~SplitCheckNames() {
+    for (const auto& link : links_) {
+      std::error_code ec;
+      fs::remove(link, ec);
+    }
+  }
+  SplitCheckNames(const SplitCheckNames&) = delete;
+  SplitCheckNames& operator=(const SplitCheckNames&) = delete;
+  const fs::path& first() const { return links_.front(); }
+
+ private:
+  std::vector<fs::path> links_;
+};
 
 }  // namespace
 
@@ -242,11 +299,11 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   const ModelName name = options.name ? parse_model_name(*options.name) : ref.default_name;
   std::FILE* log = options.log;
 
-  // Where the bytes come from, and what the source says they must be.
-  std::string url = ref.location;
+  // Where the bytes come from, and what the source says they must be: one
+  // file, or the parts of a split model (Hugging Face), in order.
+  std::vector<PartSource> parts(1);
+  parts[0].url = ref.location;
   std::string source = ref.location;
-  std::optional<std::string> expected_sha;
-  std::optional<uint64_t> expected_size;
   std::map<std::string, std::string> headers;
   if (ref.kind == SourceKind::HuggingFaceRepo || ref.kind == SourceKind::HuggingFaceFile) {
     const std::string label = "hf.co/" + ref.org + "/" + ref.repo;
@@ -259,24 +316,49 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
       if (it == files.end()) throw Error("file " + ref.file + " not found in " + label);
       chosen = *it;
     }
-    url = hf_file_url(ref.org, ref.repo, chosen.path);
-    source = url;
-    expected_sha = chosen.sha256;
-    if (chosen.size > 0) expected_size = chosen.size;
+    parts.clear();
+    for (const HfFile& f : model_files(files, chosen, label)) {
+      PartSource part;
+      part.url = hf_file_url(ref.org, ref.repo, f.path);
+      part.expected_sha = f.sha256;
+      if (f.size > 0) part.expected_size = f.size;
+      parts.push_back(std::move(part));
+    }
+    source = parts.front().url;
     headers = hf_headers();
   }
   std::optional<OllamaManifest> ollama_manifest;
   if (ref.kind == SourceKind::OllamaLibrary) {
     // The model layer is a plain download of a blob named by its sha256.
     ollama_manifest = fetch_ollama_manifest(ref.ollama, policy);
-    url = ollama_blob_url(ref.ollama, ollama_manifest->model.sha256);
-    source = url;
-    expected_sha = ollama_manifest->model.sha256;
-    if (ollama_manifest->model.size > 0) expected_size = ollama_manifest->model.size;
+    parts[0].url = ollama_blob_url(ref.ollama, ollama_manifest->model.sha256);
+    source = parts[0].url;
+    parts[0].expected_sha = ollama_manifest->model.sha256;
+    if (ollama_manifest->model.size > 0) parts[0].expected_size = ollama_manifest->model.size;
   }
+  const bool split = parts.size() > 1;
+  const auto count = static_cast<uint32_t>(parts.size());
+  for (uint32_t i = 0; i < count; ++i) {
+    parts[i].partial = split ? store.model_dir(name) / (Store::part_file_name(i + 1, count) + ".partial")
+                             : store.partial_path(name);
+  }
+  // The sha256 that names the model: its file's, or split_sha256 of every
+  // part's (each of them known, or the whole is not).
+  const auto model_sha = [&](auto sha_of) -> std::optional<std::string> {
+    if (!split) return sha_of(parts[0]);
+    std::vector<std::string> shas;
+    for (const auto& p : parts) {
+      const std::optional<std::string> sha = sha_of(p);
+      if (!sha) return std::nullopt;
+      shas.push_back(*sha);
+    }
+    return split_sha256(shas);
+  };
+  const std::optional<std::string> expected_model_sha =
+      model_sha([](const PartSource& p) { return p.expected_sha; });
 
   const auto existing = store.find(name);
-  if (existing && expected_sha && existing->sha256 == *expected_sha) {
+  if (existing && expected_model_sha && existing->sha256 == *expected_model_sha) {
     std::fprintf(log, "%s is up to date (sha256 %s)\n", name.str().c_str(), short_sha(existing->sha256).c_str());
     return {*existing, true};
   }
@@ -300,120 +382,170 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
     }
     throw Error("cannot create a folder in " + refused.string() + ": " + ec.message() + disk_hint(ec.value()));
   }
-  const fs::path partial = store.partial_path(name);
-  const std::optional<SizeCap> cap = size_cap(store.model_dir(name), partial, options.max_size);
+  std::vector<fs::path> partials;
+  for (const auto& p : parts) partials.push_back(p.partial);
+  const std::optional<SizeCap> cap = size_cap(store.model_dir(name), partials, options.max_size);
   // A size known before the first byte (the source's listing, a local file)
-  // is judged before anything is written.
-  std::optional<uint64_t> known_size = expected_size;
+  // is judged before anything is written; a split model's, for all parts.
+  std::optional<uint64_t> known_size = 0;
+  for (const auto& p : parts) {
+    known_size = known_size && p.expected_size ? std::optional(*known_size + *p.expected_size) : std::nullopt;
+  }
   if (ref.kind == SourceKind::LocalFile) {
     std::error_code size_ec;
     if (const uint64_t n = fs::file_size(ref.location, size_ec); !size_ec) known_size = n;
   }
   if (cap && known_size && *known_size > cap->bytes) {
     remove_empty_dirs(store, name);
-    throw DownloadRefusedError("refusing to pull " + source + ": it is " + human_size(*known_size) + ", more than " +
-                               cap->what + "; nothing was stored");
+    const std::string what =
+        split ? "the " + std::to_string(count) + " parts of " + name.str() + " (" + source + " ...)" : source;
+    throw DownloadRefusedError("refusing to pull " + what + ": " + (split ? "they are " : "it is ") + human_size(*known_size) +
+                               ", more than " + cap->what + "; nothing was stored");
   }
 
-  std::fprintf(log, "pulling %s from %s\n", name.str().c_str(), source.c_str());
-  Progress progress(name.str(), options.terminal, log);
+  if (!split) std::fprintf(log, "pulling %s from %s\n", name.str().c_str(), source.c_str());
+  else std::fprintf(log, "pulling %s in %u parts\n", name.str().c_str(), count);
+  // The current part's progress; the caller hears of all parts' bytes together.
+  std::optional<Progress> progress;
+  uint64_t done_before = 0;
   const auto report = [&](uint64_t done, std::optional<uint64_t> total) {
-    progress.update(done, total);
-    if (options.on_progress) options.on_progress(done, total);
+    progress->update(done, total);
+    if (!options.on_progress) return;
+    if (!split) options.on_progress(done, total);
+    else options.on_progress(done_before + done, known_size);
   };
-  std::string sha;
-  uint64_t size = 0;
-  // The partial file's lock, held from before its first byte until the model
-  // is in place or the pull has failed: a second pull of the name and `rm`
-  // keep off its files meanwhile (BusyError).
-  std::optional<LockedPartial> lock;
-  try {
-    lock.emplace(partial);
-    if (ref.kind == SourceKind::LocalFile) {
-      source = fs::absolute(ref.location).lexically_normal().string();
-      sha = copy_with_hash(ref.location, *lock, partial, report, options.interrupted);
-      size = fs::file_size(partial);
-    } else {
-      DownloadRequest request;
-      request.url = url;
-      request.partial = partial;
-      request.locked = &*lock;
-      request.expected_size = expected_size;
-      request.headers = headers;
-      request.on_progress = report;
-      request.on_notice = [&](const std::string& text) { progress.notice(text); };
-      request.interrupted = options.interrupted;
-      request.address_allowed = options.address_allowed;
-      request.max_size = cap;
-      request.gguf = true;
-      const DownloadResult result = download_file(request);
-      if (result.resumed_from > 0) {
-        std::fprintf(log, "resumed a partial download at %llu bytes\n", static_cast<unsigned long long>(result.resumed_from));
-      }
-      sha = result.sha256;
-      size = result.size;
-      if (!expected_sha) expected_sha = result.linked_sha256;
+  // What a failure leaves: only partial files with bytes worth resuming
+  // (`all`: nothing).
+  const auto clean_up = [&](bool all) {
+    for (const auto& p : parts) {
+      std::error_code size_ec;
+      if (all || fs::file_size(p.partial, size_ec) == 0 || size_ec) remove_partial(p.partial);
     }
-    progress.finish();
+    remove_empty_dirs(store, name);
+  };
+  const auto abandon = [&] {
+    if (progress) progress->abandon();
+    progress.reset();
+  };
+  // The partial files' locks, held from before their first byte until the
+  // model is in place or the pull has failed: a second pull of the name and
+  // `rm` keep off its files meanwhile (BusyError).
+  std::vector<std::unique_ptr<LockedPartial>> locks;
+  try {
+    for (const auto& p : parts) locks.push_back(std::make_unique<LockedPartial>(p.partial));
+    for (size_t i = 0; i < parts.size(); ++i) {
+      PartSource& part = parts[i];
+      const std::string described = split ? part.url + " (" + part_text(i, count) + ")" : source;
+      if (split) std::fprintf(log, "pulling %s %s from %s\n", name.str().c_str(), part_text(i, count).c_str(), part.url.c_str());
+      progress.emplace(split ? name.str() + " " + part_text(i, count) : name.str(), options.terminal, log);
+      if (ref.kind == SourceKind::LocalFile) {
+        source = fs::absolute(ref.location).lexically_normal().string();
+        part.sha = copy_with_hash(ref.location, *locks[i], part.partial, report, options.interrupted);
+        part.size = fs::file_size(part.partial);
+      } else {
+        DownloadRequest request;
+        request.url = part.url;
+        request.partial = part.partial;
+        request.locked = locks[i].get();
+        request.expected_size = part.expected_size;
+        request.headers = headers;
+        request.on_progress = report;
+        request.on_notice = [&](const std::string& text) { progress->notice(text); };
+        request.interrupted = options.interrupted;
+        request.address_allowed = options.address_allowed;
+        request.max_size = cap;
+        if (cap && split) {
+          // What this part may take of the cap: what the others will not.
+          uint64_t others = 0;
+          for (const auto& o : parts) others += &o == &part ? 0 : o.expected_size.value_or(0);
+          request.max_size->bytes = cap->bytes > others ? cap->bytes - others : 0;
+        }
+        request.gguf = true;
+        DownloadResult result;
+        try {
+          result = download_file(request);
+        } catch (const HttpStatusError& e) {
+          if (!split) throw;
+          throw HttpStatusError(name.str() + " " + part_text(i, count) + " cannot be fetched: " + e.what(), e.status());
+        }
+        if (split && result.resumed_from > 0 && result.resumed_from == result.size && part.expected_size) {
+          // Nothing was fetched, so there is no progress to show.
+          progress.reset();
+          std::fprintf(log, "%s was downloaded before (%llu bytes)\n", part_text(i, count).c_str(),
+                       static_cast<unsigned long long>(result.size));
+        } else if (result.resumed_from > 0) {
+          std::fprintf(log, "resumed a partial download at %llu bytes\n", static_cast<unsigned long long>(result.resumed_from));
+        }
+        part.sha = result.sha256;
+        part.size = result.size;
+        if (!part.expected_sha) part.expected_sha = result.linked_sha256;
+      }
+      if (progress) progress->finish();
+      progress.reset();
+      done_before += part.size;
+      // A part that is not what the source said is deleted at once: the
+      // next pull fetches it again (and keeps the parts that were right).
+      if (part.expected_size && part.size != *part.expected_size) {
+        remove_partial(part.partial);
+        throw Error("download of " + described + " is corrupt: " + std::to_string(part.size) + " bytes instead of " +
+                    std::to_string(*part.expected_size) + "; it was deleted, pull again");
+      }
+      if (part.expected_sha && part.sha != *part.expected_sha) {
+        remove_partial(part.partial);
+        throw Error("download of " + described + " is corrupt: sha256 " + part.sha + " does not match the expected " +
+                    *part.expected_sha + "; it was deleted, pull again");
+      }
+    }
   } catch (const BusyError&) {
-    // The partial file and its folder are the other pull's: leave them.
-    progress.abandon();
+    // The partial files and their folder are the other pull's: leave them.
+    abandon();
     throw;
   } catch (const DiskError& e) {
-    progress.abandon();
+    abandon();
     // A disk that refused a write leaves nothing behind.
-    remove_partial(partial);
-    remove_empty_dirs(store, name);
+    clean_up(true);
     throw Error(std::string(e.what()) + "; nothing was stored" + disk_hint(e.error_number()));
   } catch (const DownloadRefusedError& e) {
-    progress.abandon();
+    abandon();
     // Bytes of a file that cannot be stored are worth nothing.
-    remove_partial(partial);
-    remove_empty_dirs(store, name);
+    clean_up(true);
     throw DownloadRefusedError(std::string(e.what()) + "; nothing was stored");
   } catch (const InterruptedError&) {
-    progress.abandon();
+    abandon();
     // A copy starts over anyway; a download's bytes are kept for a resume.
-    std::error_code size_ec;
-    if (ref.kind == SourceKind::LocalFile || fs::file_size(partial, size_ec) == 0 || size_ec) remove_partial(partial);
-    remove_empty_dirs(store, name);
-    throw;
-  } catch (const HttpStatusError&) {
-    progress.abandon();
-    std::error_code size_ec;
-    if (fs::file_size(partial, size_ec) == 0 || size_ec) remove_partial(partial);
-    remove_empty_dirs(store, name);
+    clean_up(ref.kind == SourceKind::LocalFile);
     throw;
   } catch (const Error&) {
-    progress.abandon();
-    // A network failure keeps what arrived, for the next pull to resume.
-    std::error_code size_ec;
-    if (fs::file_size(partial, size_ec) == 0 || size_ec) remove_partial(partial);
-    remove_empty_dirs(store, name);
+    abandon();
+    // A network failure (or an HTTP error) keeps what arrived, for the next
+    // pull to resume.
+    clean_up(false);
     throw;
   }
 
   const auto refuse = [&](const std::string& why) {
-    remove_partial(partial);
-    remove_empty_dirs(store, name);
+    clean_up(true);
     throw Error(why);
   };
-  if (expected_size && size != *expected_size) {
-    refuse("download of " + source + " is corrupt: " + std::to_string(size) + " bytes instead of " +
-           std::to_string(*expected_size) + "; it was deleted, pull again");
-  }
-  if (expected_sha && sha != *expected_sha) {
-    refuse("download of " + source + " is corrupt: sha256 " + sha + " does not match the expected " + *expected_sha +
-           "; it was deleted, pull again");
-  }
   Manifest manifest;
   try {
-    describe_gguf(partial, manifest);
+    if (!split) {
+      describe_gguf(parts[0].partial, manifest);
+    } else {
+      // The parts must make one model, as the loader will read them.
+      const SplitCheckNames names(store.model_dir(name), parts);
+      describe_gguf(names.first(), manifest);
+    }
   } catch (const Error& e) {
-    refuse(source + " is not a valid GGUF file (" + e.what() + "); nothing was stored");
+    if (!split) refuse(source + " is not a valid GGUF file (" + e.what() + "); nothing was stored");
+    refuse("the " + std::to_string(count) + " parts of " + name.str() + " from " + source + " are not one valid GGUF model (" +
+           e.what() + "); nothing was stored");
   }
+  const std::string sha = *model_sha([](const PartSource& p) { return std::optional(p.sha); });
+  uint64_t size = 0;
+  for (const auto& p : parts) size += p.size;
   if (existing && existing->sha256 == sha) {
-    remove_partial(partial);
+    for (const auto& p : parts) remove_partial(p.partial);
     std::fprintf(log, "%s is up to date (sha256 %s)\n", name.str().c_str(), short_sha(sha).c_str());
     return {*existing, true};
   }
@@ -421,23 +553,41 @@ PullResult pull_model(const Store& store, const PullOptions& options) {
   manifest.size = size;
   manifest.sha256 = sha;
   manifest.ollama = ollama_extras;
+  if (split) {
+    for (uint32_t i = 0; i < count; ++i) {
+      manifest.parts.push_back({Store::part_file_name(i + 1, count), parts[i].size, parts[i].sha});
+    }
+  }
   try {
-    manifest = store.install(name, partial, manifest);
+    manifest = store.install(name, partials, manifest);
   } catch (const Error& e) {
     // Same rule as a disk error during the download: nothing half-made stays.
-    remove_partial(partial);
+    for (const auto& p : parts) remove_partial(p.partial);
     remove_file(store.model_dir(name) / "manifest.json.tmp");
-    // With no model there before, a model.gguf without a manifest is ours.
-    if (!existing) remove_file(store.gguf_path(name));
+    // With no model there before, model files without a manifest are ours.
+    if (!existing) {
+      remove_file(store.gguf_path(name));
+      for (uint32_t i = 0; i < count; ++i) remove_file(store.model_dir(name) / Store::part_file_name(i + 1, count));
+    }
     remove_empty_dirs(store, name);
     throw Error(std::string(e.what()) + "; nothing was stored");
   }
-  remove_file(partial_record_path(partial));
+  for (const auto& p : parts) remove_file(partial_record_path(p.partial));
   // "verified" only when there was a hash to compare with.
-  if (expected_sha) std::fprintf(log, "verified sha256 %s (matches the source)\n", short_sha(sha).c_str());
-  else std::fprintf(log, "sha256 %s (the source gave none to check against)\n", short_sha(sha).c_str());
-  std::fprintf(log, "stored %s (%s, %s)\n", name.str().c_str(), human_size(size).c_str(),
-               manifest.quant.empty() ? "unknown type" : manifest.quant.c_str());
+  bool all_checked = true;
+  for (const auto& p : parts) all_checked = all_checked && p.expected_sha.has_value();
+  if (!split) {
+    if (all_checked) std::fprintf(log, "verified sha256 %s (matches the source)\n", short_sha(sha).c_str());
+    else std::fprintf(log, "sha256 %s (the source gave none to check against)\n", short_sha(sha).c_str());
+    std::fprintf(log, "stored %s (%s, %s)\n", name.str().c_str(), human_size(size).c_str(),
+                 manifest.quant.empty() ? "unknown type" : manifest.quant.c_str());
+  } else {
+    if (all_checked) std::fprintf(log, "verified the sha256 of each of the %u parts (they match the source)\n", count);
+    else std::fprintf(log, "sha256 of the %u parts: %s (the source gave none to check some against)\n", count,
+                      short_sha(sha).c_str());
+    std::fprintf(log, "stored %s (%s in %u parts, %s)\n", name.str().c_str(), human_size(size).c_str(), count,
+                 manifest.quant.empty() ? "unknown type" : manifest.quant.c_str());
+  }
   if (ollama_extras && !kept_layers(*ollama_extras).empty()) {
     std::fprintf(log, "kept its Ollama %s in manifest.json (not used: the GGUF's own chat template is)\n",
                  kept_layers(*ollama_extras).c_str());

@@ -1,6 +1,8 @@
 // `pull`: a model from a URL, from Hugging Face, from the Ollama library or
 // from a local file into the store — resumed when interrupted, checked against its sha256 when the
-// source says it, validated as GGUF, and only then made visible.
+// source says it, validated as GGUF, and only then made visible. A Hugging
+// Face model split into parts (gguf-split) is pulled part by part, each
+// resumed and checked on its own, and stored as one model (store.h).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +46,8 @@ struct PullOptions {
   bool terminal = false;            // draw a progress bar
   std::FILE* log = stderr;
   // Bytes done and total (when known) as the download or copy goes on
-  // (the server's /api/pull status lines).
+  // (the server's /api/pull status lines); for a split model, of all its
+  // parts together.
   std::function<void(uint64_t done, std::optional<uint64_t> total)> on_progress;
   // Polled during the transfer: true stops the pull with InterruptedError
   // (a download's partial file is kept for the next pull to resume).
@@ -54,9 +57,9 @@ struct PullOptions {
   // Checked for every connection of the pull (listings, manifests, the
   // download, redirects included): AddressRefusedError. Empty: any address.
   AddressCheck address_allowed;
-  // The most bytes the model file may have, besides the free space of the
-  // store's disk, which always caps it (plus what a partial download of
-  // the model holds already). A larger one stops with DownloadRefusedError
+  // The most bytes the model file (a split model: its parts together) may
+  // have, besides the free space of the store's disk, which always caps it
+  // (plus what partial downloads of the model hold already). A larger one stops with DownloadRefusedError
   // as soon as its size is known: from the source's listing, the
   // response's length, or the GGUF header in its first bytes.
   std::optional<SizeCap> max_size;

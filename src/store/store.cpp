@@ -10,12 +10,16 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
+#include <regex>
+#include <set>
 
 #include "common/error.h"
 #include "gguf/file.h"
 #include "model/model_summary.h"
 #include "store/http_download.h"
+#include "store/sha256.h"
 
 namespace m40::store {
 
@@ -23,6 +27,22 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 namespace {
+
+// "model-00002-of-00003.gguf": what Store::part_file_name makes.
+bool is_part_file_name(const std::string& file) {
+  static const std::regex kPart(R"(model-[0-9]{5}-of-[0-9]{5}\.gguf)");
+  return std::regex_match(file, kPart);
+}
+
+// The files a pull leaves in a model's folder besides the manifest: the
+// model, its parts, and what an unfinished or interrupted pull left (partial
+// files, their records, the names a split model is checked under). Nothing
+// else is ever there, so `rm` removes exactly these.
+bool is_pull_file_name(const std::string& file) {
+  static const std::regex kSplit(R"(.+-[0-9]{5}-of-[0-9]{5}\.gguf)");
+  return file == "model.gguf" || file.ends_with(".partial") || file.ends_with(".partial.json") ||
+         file == "manifest.json.tmp" || std::regex_match(file, kSplit);
+}
 
 Json to_json(const Manifest& m) {
   Json j;
@@ -35,6 +55,11 @@ Json to_json(const Manifest& m) {
   if (m.file_type) j["file_type"] = *m.file_type;
   j["quant"] = m.quant;
   j["architecture"] = m.architecture;
+  if (!m.parts.empty()) {
+    Json parts = Json::array();
+    for (const auto& p : m.parts) parts.push_back({{"file", p.file}, {"size", p.size}, {"sha256", p.sha256}});
+    j["parts"] = parts;
+  }
   if (m.ollama) {
     Json o = Json::object();
     if (!m.ollama->template_text.empty()) o["template"] = m.ollama->template_text;
@@ -76,6 +101,14 @@ Manifest from_json(const Json& j) {
   m.quant = j.value("quant", "");
   m.architecture = j.value("architecture", "");
   if (j.contains("ollama") && j["ollama"].is_object()) m.ollama = ollama_extras_from_json(j["ollama"]);
+  if (j.contains("parts")) {
+    for (const auto& p : j.at("parts")) {
+      ManifestPart part{p.at("file").get<std::string>(), p.at("size").get<uint64_t>(), p.at("sha256").get<std::string>()};
+      // Only the store's own names: a manifest never points outside its folder.
+      if (!is_part_file_name(part.file)) throw Error("not a part's file name: " + part.file);
+      m.parts.push_back(std::move(part));
+    }
+  }
   return m;
 }
 
@@ -84,7 +117,7 @@ std::optional<Manifest> read_manifest(const fs::path& path) {
   if (!in) return std::nullopt;
   try {
     Manifest m = from_json(Json::parse(in));
-    m.gguf_path = path.parent_path() / "model.gguf";
+    m.gguf_path = path.parent_path() / (m.parts.empty() ? std::string("model.gguf") : m.parts.front().file);
     return m;
   } catch (const std::exception&) {
     return std::nullopt;
@@ -93,7 +126,50 @@ std::optional<Manifest> read_manifest(const fs::path& path) {
 
 std::string system_message(const std::error_code& ec) { return ec.message(); }
 
+bool all_files_exist(const Manifest& m) {
+  std::error_code ec;
+  for (const auto& f : m.files()) {
+    if (!fs::is_regular_file(f, ec)) return false;
+  }
+  return true;
+}
+
+// The regular files of `dir` whose names `keep` accepts (none when it cannot be read).
+template <typename Pred>
+std::vector<fs::path> files_in(const fs::path& dir, Pred keep) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_regular_file(type_ec) && keep(it->path().filename().string())) out.push_back(it->path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
+
+std::vector<fs::path> Manifest::files() const {
+  if (parts.empty()) return {gguf_path};
+  std::vector<fs::path> out;
+  for (const auto& p : parts) out.push_back(gguf_path.parent_path() / p.file);
+  return out;
+}
+
+std::string split_sha256(const std::vector<std::string>& part_sha256s) {
+  Sha256 hash;
+  for (const auto& sha : part_sha256s) {
+    const std::string line = sha + "\n";
+    hash.update(line.data(), line.size());
+  }
+  return hash.hex_digest();
+}
+
+std::string Store::part_file_name(uint32_t number, uint32_t count) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05u-of-%05u.gguf", number, count);
+  return name;
+}
 
 Store::Store(fs::path home) : home_(std::move(home)) {}
 
@@ -110,9 +186,7 @@ fs::path Store::model_dir(const ModelName& name) const { return models_dir() / n
 
 std::optional<Manifest> Store::find(const ModelName& name) const {
   auto m = read_manifest(manifest_path(name));
-  if (!m) return std::nullopt;
-  std::error_code ec;
-  if (!fs::is_regular_file(m->gguf_path, ec)) return std::nullopt;
+  if (!m || !all_files_exist(*m)) return std::nullopt;
   return m;
 }
 
@@ -124,9 +198,7 @@ std::vector<Manifest> Store::list() const {
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (it->path().filename() != "manifest.json") continue;
     auto m = read_manifest(it->path());
-    if (!m) continue;
-    std::error_code exists_ec;
-    if (!fs::is_regular_file(m->gguf_path, exists_ec)) continue;
+    if (!m || !all_files_exist(*m)) continue;
     out.push_back(std::move(*m));
   }
   std::sort(out.begin(), out.end(), [](const Manifest& a, const Manifest& b) {
@@ -137,40 +209,56 @@ std::vector<Manifest> Store::list() const {
 
 Store::Removed Store::remove(const ModelName& name) const {
   std::error_code ec;
-  const fs::path partial = partial_path(name);
-  const fs::path record = partial_record_path(partial);
+  const fs::path dir = model_dir(name);
   const bool is_model = fs::exists(manifest_path(name), ec);
-  // A pull that never finished leaves only its partial file and record.
-  const bool has_partial = fs::exists(partial, ec) || fs::exists(record, ec);
+  // A pull that never finished leaves only partial files and their records
+  // (a split model's: one of each per part).
+  const auto partials = files_in(dir, [](const std::string& f) { return f.ends_with(".partial"); });
+  const bool has_partial =
+      !partials.empty() || !files_in(dir, [](const std::string& f) { return f.ends_with(".partial.json"); }).empty();
   if (!is_model && !has_partial) throw Error("model '" + name.str() + "' not found");
-  // A pull holds the partial file's lock until its model is in place:
-  // holding it here keeps the files of a pull in progress out of reach.
-  std::optional<LockedPartial> lock;
-  if (fs::exists(partial, ec)) {
+  // A pull holds its partial files' locks until its model is in place:
+  // holding them here keeps the files of a pull in progress out of reach.
+  std::vector<std::unique_ptr<LockedPartial>> locks;
+  for (const auto& partial : partials) {
     try {
-      lock.emplace(partial);
+      locks.push_back(std::make_unique<LockedPartial>(partial));
     } catch (const BusyError&) {
       throw BusyError("cannot remove '" + name.str() + "': a pull of it is running (it is writing " + partial.string() +
                       "); wait for it to finish, or stop it, then remove it");
     }
   }
   // The manifest goes first: a model without one is not a model, whatever
-  // happens to the rest.
-  for (const auto& p : {manifest_path(name), gguf_path(name), partial, record}) {
+  // happens to the rest. Then every file a pull of the name leaves: the
+  // model, all its parts, partial files and their records.
+  std::vector<fs::path> doomed{manifest_path(name)};
+  const auto rest = files_in(dir, is_pull_file_name);
+  doomed.insert(doomed.end(), rest.begin(), rest.end());
+  for (const auto& p : doomed) {
     if (!fs::remove(p, ec) && ec) throw Error("cannot remove " + p.string() + ": " + system_message(ec));
   }
   // Empty folders up to models/ go too, so `list` and the tree stay tidy.
-  fs::path dir = model_dir(name);
-  while (dir != models_dir() && dir.has_parent_path()) {
-    if (!fs::is_empty(dir, ec) || ec) break;
-    fs::remove(dir, ec);
+  fs::path up = dir;
+  while (up != models_dir() && up.has_parent_path()) {
+    if (!fs::is_empty(up, ec) || ec) break;
+    fs::remove(up, ec);
     if (ec) break;
-    dir = dir.parent_path();
+    up = up.parent_path();
   }
   return is_model ? Removed::Model : Removed::UnfinishedDownload;
 }
 
 Manifest Store::install(const ModelName& name, const fs::path& verified_file, Manifest manifest) const {
+  manifest.parts.clear();
+  return install(name, std::vector<fs::path>{verified_file}, std::move(manifest));
+}
+
+Manifest Store::install(const ModelName& name, const std::vector<fs::path>& verified_files, Manifest manifest) const {
+  const bool split = !manifest.parts.empty();
+  if (split ? verified_files.size() != manifest.parts.size() : verified_files.size() != 1) {
+    throw Error("cannot install " + name.str() + ": " + std::to_string(verified_files.size()) + " files for " +
+                std::to_string(std::max<size_t>(1, manifest.parts.size())) + " in its manifest");
+  }
   manifest.name = name.name;
   manifest.tag = name.tag;
   if (manifest.pulled_at.empty()) manifest.pulled_at = now_iso8601();
@@ -181,14 +269,26 @@ Manifest Store::install(const ModelName& name, const fs::path& verified_file, Ma
     out.flush();
     if (!out) throw Error("cannot write " + tmp.string() + ": " + std::strerror(errno));
   }
+  std::vector<fs::path> targets;
+  for (size_t i = 0; i < verified_files.size(); ++i) {
+    targets.push_back(split ? model_dir(name) / manifest.parts[i].file : gguf_path(name));
+  }
   std::error_code ec;
-  fs::rename(verified_file, gguf_path(name), ec);
+  for (size_t i = 0; i < verified_files.size() && !ec; ++i) fs::rename(verified_files[i], targets[i], ec);
   if (!ec) fs::rename(tmp, manifest_path(name), ec);
   if (ec) {
     fs::remove(tmp);
     throw Error("cannot move the model into " + model_dir(name).string() + ": " + system_message(ec));
   }
-  manifest.gguf_path = gguf_path(name);
+  // What an earlier model of the name had and this one has not: a single
+  // file replaced by parts, parts by a single file or by another count.
+  const std::set<fs::path> used(targets.begin(), targets.end());
+  const auto model_files =
+      files_in(model_dir(name), [](const std::string& f) { return f == "model.gguf" || is_part_file_name(f); });
+  for (const auto& old : model_files) {
+    if (used.count(old) == 0) fs::remove(old, ec);
+  }
+  manifest.gguf_path = targets.front();
   return manifest;
 }
 

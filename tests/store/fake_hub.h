@@ -13,7 +13,8 @@
 // Every file has an ETag (from its bytes, so a replaced file has a new one)
 // and honours If-Range: a Range whose If-Range is not the current ETag is
 // answered 200 with the whole file, as real servers do.
-// It can drop the first connection halfway, serve corrupted bytes, declare
+// It can drop the first connection halfway, serve corrupted bytes, answer
+// 404 for a file it lists, declare
 // a length its bytes do not have, send them chunked (no length), stall after
 // some of them, and records every request with its Range and If-Range
 // headers.
@@ -68,6 +69,7 @@ class FakeHub {
     // With declared_length or chunked: send this many bytes, then wait for
     // release_stalls() and close.
     std::optional<size_t> stall_after;
+    bool not_served = false;  // listed, but its download answered 404 (gone in between)
   };
 
   FakeHub() {
@@ -175,6 +177,11 @@ class FakeHub {
     return files_[key] = std::move(s);
   }
   Served& add_file(const std::string& key, const std::filesystem::path& path) { return add(key, read_text_file(path)); }
+  // Neither listed nor served any more.
+  void remove(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    files_.erase(key);
+  }
 
   // GET /go/NAME answers 302 with this Location, as it is (any scheme, any host).
   void add_redirect(const std::string& name, const std::string& location) {
@@ -261,7 +268,7 @@ class FakeHub {
   void serve(const std::string& key, const httplib::Request& req, httplib::Response& res) {
     std::lock_guard lock(mutex_);
     const auto it = files_.find(key);
-    if (it == files_.end()) {
+    if (it == files_.end() || it->second.not_served) {
       res.status = 404;
       res.set_content("Entry not found", "text/plain");
       return;

@@ -63,9 +63,49 @@ TEST(HuggingFace, NoMatchListsWhatThereIs) {
   EXPECT_THROW(select_gguf(files({"README.md"}), "", "r"), m40::Error);
 }
 
-TEST(HuggingFace, SplitFilesAreRefusedClearly) {
-  EXPECT_THROW(select_gguf(files({"m-Q8_0-00001-of-00002.gguf", "m-Q8_0-00002-of-00002.gguf"}), "Q8_0", "r"),
-               m40::Error);
+TEST(HuggingFace, ReadsWhereASplitPartStands) {
+  using m40::store::parse_split_part;
+  const auto part = parse_split_part("Q4_K_M/M-Q4_K_M-00002-of-00003.gguf");
+  ASSERT_TRUE(part.has_value());
+  EXPECT_EQ(part->prefix, "Q4_K_M/M-Q4_K_M");
+  EXPECT_EQ(part->number, 2u);
+  EXPECT_EQ(part->count, 3u);
+  EXPECT_FALSE(parse_split_part("M-Q4_K_M.gguf").has_value());
+  EXPECT_FALSE(parse_split_part("M-00004-of-00003.gguf").has_value());  // no such part
+  EXPECT_FALSE(parse_split_part("M-00000-of-00003.gguf").has_value());
+  EXPECT_FALSE(parse_split_part("M-0001-of-0003.gguf").has_value());   // not gguf-split's digits
+  EXPECT_FALSE(parse_split_part("-00001-of-00003.gguf").has_value());  // no prefix
+}
+
+TEST(HuggingFace, ASplitModelComesBackWithEveryPartInOrder) {
+  const auto listing = files({"README.md", "Q8_0/m-Q8_0-00002-of-00003.gguf", "Q8_0/m-Q8_0-00001-of-00003.gguf",
+                              "Q8_0/m-Q8_0-00003-of-00003.gguf", "m-Q2_K.gguf"});
+  const HfFile chosen = select_gguf(listing, "q8_0", "r");
+  const auto parts = m40::store::model_files(listing, chosen, "r");
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].path, "Q8_0/m-Q8_0-00001-of-00003.gguf");
+  EXPECT_EQ(parts[1].path, "Q8_0/m-Q8_0-00002-of-00003.gguf");
+  EXPECT_EQ(parts[2].path, "Q8_0/m-Q8_0-00003-of-00003.gguf");
+  // A file that is no part is itself.
+  const auto single = m40::store::model_files(listing, select_gguf(listing, "Q2_K", "r"), "r");
+  ASSERT_EQ(single.size(), 1u);
+  EXPECT_EQ(single[0].path, "m-Q2_K.gguf");
+}
+
+TEST(HuggingFace, OneFileIsPreferredToSplitParts) {
+  const auto listing = files({"m-Q8_0-00001-of-00002.gguf", "m-Q8_0-00002-of-00002.gguf", "sub/m-Q8_0.gguf"});
+  EXPECT_EQ(select_gguf(listing, "Q8_0", "r").path, "sub/m-Q8_0.gguf");
+}
+
+TEST(HuggingFace, ASplitModelWithAPartMissingNamesIt) {
+  const auto listing = files({"m-Q8_0-00001-of-00003.gguf", "m-Q8_0-00003-of-00003.gguf"});
+  try {
+    m40::store::model_files(listing, select_gguf(listing, "Q8_0", "hf.co/a/b"), "hf.co/a/b");
+    FAIL();
+  } catch (const m40::Error& e) {
+    EXPECT_STREQ(e.what(), "the model m-Q8_0-00001-of-00003.gguf in hf.co/a/b is split into 3 files, but part 2 of 3 "
+                           "(m-Q8_0-00002-of-00003.gguf) is not there");
+  }
 }
 
 TEST(HuggingFace, TheNextPageComesFromTheLinkHeader) {

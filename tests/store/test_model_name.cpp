@@ -36,9 +36,12 @@ TEST(ModelName, RejectsWhatCannotBeAFolder) {
 // A part or tag named like a file of a model's folder would collide with it.
 TEST(ModelName, TheStoresOwnFileNamesAreReserved) {
   for (const char* bad : {"model.gguf", "a/manifest.json", "a:model.gguf.partial", "x/model.gguf.partial.json:latest",
-                          "a:manifest.json.tmp"}) {
+                          "a:manifest.json.tmp", "a:model-00001-of-00003.gguf", "a/model-00002-of-00003.gguf.partial",
+                          "a:model-00002-of-00003.gguf.partial.json", "a:verifying-00001-of-00002.gguf"}) {
     EXPECT_FALSE(m40::store::try_parse_model_name(bad).has_value()) << bad;
   }
+  // Only the names the store makes: a model's own split file name is a fine tag.
+  EXPECT_TRUE(m40::store::try_parse_model_name("a:m-00001-of-00003.gguf").has_value());
   try {
     parse_model_name("tiny:model.gguf");
     FAIL();

@@ -15,6 +15,7 @@
 #include "gguf/file.h"
 #include "gguf/writer.h"
 #include "model/loaded_model.h"
+#include "split_gguf.h"
 #include "test_paths.h"
 
 namespace m40 {
@@ -22,28 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Writes `source` as `parts` files PREFIX-0000k-of-0000N.gguf, the tensors
-// dealt round-robin, as gguf-split's --split-max-tensors would spread them.
-void write_split(const fs::path& source, const fs::path& prefix, int parts, uint64_t count_override = 0) {
-  const auto file = gguf::File::open(source.string());
-  std::vector<gguf::Writer> writers;
-  for (int i = 0; i < parts; ++i) writers.emplace_back(file.alignment());
-  for (const auto& [key, value] : file.metadata().entries()) writers[0].metadata().set(key, value);
-  for (int i = 0; i < parts; ++i) {
-    writers[i].metadata().set("split.no", gguf::Value(static_cast<uint16_t>(i)));
-    writers[i].metadata().set("split.count", gguf::Value(static_cast<uint16_t>(count_override ? count_override : parts)));
-    writers[i].metadata().set("split.tensors.count", gguf::Value(static_cast<int32_t>(file.tensors().size())));
-  }
-  for (size_t t = 0; t < file.tensors().size(); ++t) {
-    const auto& info = file.tensors()[t];
-    writers[t % static_cast<size_t>(parts)].add_tensor(info.name, info.type, info.dims, file.tensor_data(info));
-  }
-  for (int i = 0; i < parts; ++i) {
-    char tail[64];
-    std::snprintf(tail, sizeof tail, "-%05d-of-%05d.gguf", i + 1, parts);
-    writers[i].write(prefix.string() + tail);
-  }
-}
+using test::write_split;
 
 std::vector<float> logits_of(const fs::path& path) {
   auto model = model::LoadedModel::open(path.string());
@@ -77,6 +57,10 @@ TEST_F(SplitModel, LoadsFromItsFirstFileAsOneModel) {
   const auto first = dir_ / "tiny-00001-of-00003.gguf";
   const auto file = gguf::File::open(first.string());
   EXPECT_EQ(file.file_count(), 3u);
+  uint64_t parts_bytes = 0;
+  for (int i = 1; i <= 3; ++i) parts_bytes += fs::file_size(dir_ / test::split_part_name("tiny", i, 3));
+  EXPECT_EQ(file.total_size(), parts_bytes);
+  EXPECT_LT(file.file_size(), parts_bytes);
   EXPECT_EQ(file.tensors().size(), gguf::File::open(source_.string()).tensors().size());
   EXPECT_EQ(logits_of(first), logits_of(source_));
 }
