@@ -275,11 +275,20 @@ constexpr int units_per_round() {
 // instantiation: moving w, x and y to the block's work item keeps them in
 // registers, which the plain products' register caps have no room for
 // (sm_52 spilled up to 100 bytes in 26 of them when one kernel did both);
-// the grouped kernels take one block per SM less where that leaves two.
-constexpr int grouped_blocks_per_sm(int plain, bool grouped) { return grouped && plain > 2 ? plain - 1 : plain; }
+// the grouped kernels that spilled at their plain cap take one block per SM
+// less (a cap for all of them cost 4-5% at 8 and 32 sequences of a
+// Qwen3-30B-A3B Q4_K_M on an H100).
+template <class Dec>
+constexpr int grouped_blocks_per_sm(int plain, bool grouped, int tokens) {
+  const bool spills = (std::is_same_v<Dec, DecodeQ2_KWide> && tokens == 1) ||
+                      (std::is_same_v<Dec, DecodeQ4_0Wide> && tokens == 1) ||
+                      (std::is_same_v<Dec, DecodeQ3_KWide> && tokens == 2);
+  return grouped && spills ? plain - 1 : plain;
+}
 
 template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound, bool kLaneOrder, bool kGrouped>
-__global__ void __launch_bounds__(kMatvecThreads, grouped_blocks_per_sm(min_blocks_per_sm<Dec>(kTokens, kRows), kGrouped))
+__global__ void __launch_bounds__(kMatvecThreads,
+                                  grouped_blocks_per_sm<Dec>(min_blocks_per_sm<Dec>(kTokens, kRows), kGrouped, kTokens))
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
                   int x_stride, int n_tokens, float* y, const float* residual, OutputParts parts,
                   ExpertGrouping grouping) {
