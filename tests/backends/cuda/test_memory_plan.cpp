@@ -47,10 +47,12 @@ TEST(MemoryPlan, CountsWeightsKvCacheAndScratch) {
 }
 
 // Every tensor the forward pass reads is counted, the architectures' vectors
-// included (Q/K/V biases, per-head Q/K norms, post-norms), and of LongRoPE's
-// two factor sets the one the context selects.
+// included (Q/K/V biases, per-head Q/K norms, post-norms), the routers and
+// every expert's matrices of MoE layers, and of LongRoPE's two factor sets
+// the one the context selects.
 TEST(MemoryPlan, CountsTheArchitecturesVectors) {
-  for (const char* name : {"arch/tiny-qwen2-Q8_0.gguf", "arch/tiny-gemma3-Q8_0.gguf", "arch/tiny-phi3-Q8_0.gguf"}) {
+  for (const char* name : {"arch/tiny-qwen2-Q8_0.gguf", "arch/tiny-gemma3-Q8_0.gguf", "arch/tiny-phi3-Q8_0.gguf",
+                           "arch/tiny-qwen3moe-Q8_0.gguf", "arch/tiny-mixtral-F32.gguf"}) {
     SCOPED_TRACE(name);
     auto path = test::shared_model(name);
     if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared models not found";
@@ -86,4 +88,22 @@ TEST(MemoryPlan, ARefusalSaysWhatIsNeededAndWhatIsThere) {
     EXPECT_NE(msg.find("Tesla M40"), std::string::npos) << msg;
   }
   EXPECT_NO_THROW(cuda::check_plan_fits(plan, 28ull << 30, "GPU 0"));
+}
+
+// MoE layers' scratch: per token the router's logits, per chosen expert the
+// gathered x, gate/up, activation and output rows (the backend takes them
+// from the plan's scratch arena, which throws if the plan undercounted).
+TEST(MemoryPlan, CountsTheExpertScratch) {
+  auto path = test::shared_model("arch/tiny-qwen3moe-Q8_0.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared models not found";
+  auto model = model::LoadedModel::open(path.string());
+  const auto& hp = model->hparams;
+  cuda::PlanShape shape{512, 1, 64, 8};
+  auto with_experts = cuda::plan_memory(hp, model->weights, shape);
+  auto dense_hp = hp;
+  dense_hp.n_expert = 0;
+  auto without = cuda::plan_memory(dense_hp, model->weights, shape);
+  const uint64_t slots = 64ull * hp.n_expert_used;
+  EXPECT_GE(with_experts.scratch - without.scratch,
+            (64ull * hp.n_expert + slots * (2ull * hp.n_embd + 3ull * hp.n_ff_expert)) * sizeof(float));
 }
