@@ -1,0 +1,149 @@
+// What the attention translation units share (attention.cu: the checks and
+// the kernel choice; attention_decode.cu, attention_prefill.cu: the two
+// kernels): how the kernels read a layer's K/V pool per cache type, and the
+// two launchers. Included by those .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/layer_kernels.h"
+#include "quant/blocks.h"
+
+namespace m40::cuda::attn {
+
+constexpr int kMaxHeadDim = 256;
+
+// ---------------------------------------------------------------------------
+// FP16 -> FP32: the hardware conversion (cvt.f32.f16 exists on every
+// architecture; it is fp16 arithmetic that sm_52 lacks). Exact, like
+// quant::half_to_float, but one instruction.
+
+__device__ __forceinline__ float widen_half(uint32_t bits16) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(bits16)));
+  return f;
+}
+
+__device__ __forceinline__ void widen_pair(uint32_t word, float* f) {
+  f[0] = widen_half(word & 0xffffu);
+  f[1] = widen_half(word >> 16);
+}
+
+// C consecutive halves loaded with one 16-byte (C = 8) or 8-byte (C = 4)
+// read-only load.
+template <int C>
+struct HalfVec;
+
+template <>
+struct HalfVec<8> {
+  uint4 raw;
+  __device__ __forceinline__ void load(const uint16_t* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ void widen(float* f) const {
+    widen_pair(raw.x, f);
+    widen_pair(raw.y, f + 2);
+    widen_pair(raw.z, f + 4);
+    widen_pair(raw.w, f + 6);
+  }
+};
+
+template <>
+struct HalfVec<4> {
+  uint2 raw;
+  __device__ __forceinline__ void load(const uint16_t* p) { raw = __ldg(reinterpret_cast<const uint2*>(p)); }
+  __device__ __forceinline__ void zero() { raw = make_uint2(0, 0); }
+  __device__ __forceinline__ void widen(float* f) const {
+    widen_pair(raw.x, f);
+    widen_pair(raw.y, f + 2);
+  }
+};
+
+// C consecutive values of a Q8_0 row (C = 8 or 4, starting at a multiple of
+// C, so inside one block): the block's scale bits and C int8 quants loaded
+// as C / 2 16-bit words, widened as quant::dequantize_value does (q * d).
+template <int C>
+struct Q8Vec {
+  static constexpr int kWords = C / 4;
+  uint32_t scale_bits;
+  uint32_t quants[kWords];
+  // Value e of the flat array of rows (row r's value i is r * kv_dim + i,
+  // kv_dim a multiple of 32).
+  __device__ __forceinline__ void load(const uint8_t* base, int64_t e) {
+    const uint8_t* block = base + (e >> 5) * static_cast<int64_t>(sizeof(quant::BlockQ8_0));
+    const auto* words = reinterpret_cast<const unsigned short*>(block);
+    scale_bits = __ldg(words);
+    const auto* qs = reinterpret_cast<const unsigned short*>(block + 2 + (e & 31));
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      quants[w] = static_cast<uint32_t>(__ldg(qs + 2 * w)) | (static_cast<uint32_t>(__ldg(qs + 2 * w + 1)) << 16);
+    }
+  }
+  __device__ __forceinline__ void zero() {
+    scale_bits = 0;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) quants[w] = 0;
+  }
+  __device__ __forceinline__ void widen(float* f) const {
+    const float d = widen_half(scale_bits);
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        f[4 * w + b] = d * static_cast<float>(static_cast<int8_t>(quants[w] >> (8 * b)));
+      }
+    }
+  }
+};
+
+// How the kernels address a layer's K or V pool, per cache type: Head is
+// one KV head's view of the pool (head(base, offset) from the pool and the
+// head's first value in a row) and Vec<C> loads C values of it at
+// `e` values past that (e = row * kv_dim + d).
+struct F16Rows {
+  using Head = const uint16_t*;
+  template <int C>
+  struct Vec : HalfVec<C> {
+    __device__ __forceinline__ void load(Head head, int64_t e) { HalfVec<C>::load(head + e); }
+  };
+  __device__ __forceinline__ static Head head(const void* base, int64_t offset) {
+    return static_cast<const uint16_t*>(base) + offset;
+  }
+};
+
+struct Q8Rows {
+  struct Head {
+    const uint8_t* base;
+    int64_t offset;
+  };
+  template <int C>
+  struct Vec : Q8Vec<C> {
+    __device__ __forceinline__ void load(const Head& head, int64_t e) { Q8Vec<C>::load(head.base, head.offset + e); }
+  };
+  __device__ __forceinline__ static Head head(const void* base, int64_t offset) {
+    return Head{static_cast<const uint8_t*>(base), offset};
+  }
+};
+
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
+
+inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+inline int next_pow2(int v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// The decode kernel (attention_decode.cu) for n_tokens tokens seeing up to
+// max_positions keys; forced_splits > 0 fixes the number of context parts.
+void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,
+                const int32_t* seq_ids, const int32_t* positions, int n_tokens, int max_positions, float* out,
+                cudaStream_t stream, int forced_splits);
+
+// The prefill kernel (attention_prefill.cu).
+void run_prefill(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,
+                 const int32_t* seq_ids, const int32_t* positions, int n_tokens, float* out, cudaStream_t stream);
+
+}  // namespace m40::cuda::attn
