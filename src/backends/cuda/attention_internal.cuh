@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/half_widen.cuh"
 #include "backends/cuda/layer_kernels.h"
 #include "quant/blocks.h"
 
@@ -16,15 +17,7 @@ namespace m40::cuda::attn {
 constexpr int kMaxHeadDim = 256;
 
 // ---------------------------------------------------------------------------
-// FP16 -> FP32: the hardware conversion (cvt.f32.f16 exists on every
-// architecture; it is fp16 arithmetic that sm_52 lacks). Exact, like
-// quant::half_to_float, but one instruction.
-
-__device__ __forceinline__ float widen_half(uint32_t bits16) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(bits16)));
-  return f;
-}
+// FP16 -> FP32 (widen_half, half_widen.cuh), two at a time.
 
 __device__ __forceinline__ void widen_pair(uint32_t word, float* f) {
   f[0] = widen_half(word & 0xffffu);

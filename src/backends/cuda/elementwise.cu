@@ -16,6 +16,7 @@
 
 #include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/grid_size.h"
 #include "backends/cuda/layer_kernels.h"
 #include "common/error.h"
 
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) scale_and_cap_kernel(float* x, int64
   }
 }
 
-int blocks_for(int64_t items) { return static_cast<int>(std::min((items + kThreads - 1) / kThreads, kMaxBlocks)); }
+int blocks_for(int64_t items) { return grid_blocks(items, kThreads, kMaxBlocks); }
 
 
 void check_count(const char* op, int64_t n) {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/half_widen.cuh"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 
@@ -103,20 +104,6 @@ __device__ __forceinline__ void bytes_to_floats_offset(uint32_t word, float scal
   w[1] = fmaf(scale, magic_byte<1>(word) - kTwo23, -offset);
   w[2] = fmaf(scale, magic_byte<2>(word) - kTwo23, -offset);
   w[3] = fmaf(scale, magic_byte<3>(word) - kTwo23, -offset);
-}
-
-// An IEEE half to float with the conversion instruction that every GPU has
-// (sm_52 lacks fp16 arithmetic, not the conversion). Exact, so equal to
-// quant::half_to_float for every input; one instruction instead of a dozen.
-__device__ __forceinline__ float widen_half(uint32_t bits) {
-#ifdef __CUDA_ARCH__
-  float value;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(static_cast<unsigned short>(bits & 0xFFFFu)));
-  return value;
-#else
-  // A host build of this header (tests/backends/cuda_on_host): the CPU twin.
-  return quant::half_to_float(static_cast<uint16_t>(bits & 0xFFFFu));
-#endif
 }
 
 // Nibbles: the low (high = false) or high nibbles of the four bytes of

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/grid_size.h"
 #include "backends/cuda/warp_reduce.cuh"
 #include "common/error.h"
 
@@ -219,8 +220,6 @@ __global__ void combine_kernel(const float* __restrict__ expert_out, const int32
   }
 }
 
-int grid_for(int64_t work, int threads) { return static_cast<int>(std::min<int64_t>((work + threads - 1) / threads, 4096)); }
-
 }  // namespace
 
 void route_experts(const float* logits, int n_tokens, int n_expert, int k, int32_t* ids, float* weights,
@@ -294,7 +293,7 @@ void gather_expert_rows(const float* x, const int32_t* sorted_slots, int k, int 
   if (n_embd % 4 != 0) throw Error("gather_expert_rows: rows of a multiple of 4 values");
   if (n_slots <= 0) return;
   const int threads = 256;
-  gather_kernel<<<grid_for(int64_t{n_slots} * (n_embd / 4), threads), threads, 0, stream>>>(x, sorted_slots, k, n_slots,
+  gather_kernel<<<grid_blocks(int64_t{n_slots} * (n_embd / 4), threads), threads, 0, stream>>>(x, sorted_slots, k, n_slots,
                                                                                            n_embd / 4, out);
   M40_CUDA_CHECK_LAUNCH();
 }
@@ -303,7 +302,7 @@ void combine_experts(const float* expert_out, const int32_t* slot_rows, const fl
                      int n_embd, float* y, const float* residual, cudaStream_t stream) {
   if (n_tokens <= 0) return;
   const int threads = 256;
-  combine_kernel<<<grid_for(int64_t{n_tokens} * n_embd, threads), threads, 0, stream>>>(expert_out, slot_rows, weights,
+  combine_kernel<<<grid_blocks(int64_t{n_tokens} * n_embd, threads), threads, 0, stream>>>(expert_out, slot_rows, weights,
                                                                                          n_tokens, k, n_embd, y, residual);
   M40_CUDA_CHECK_LAUNCH();
 }
