@@ -119,6 +119,39 @@ TEST(MoeCuda, ItemSizesFollowTheTokensPerExpert) {
   EXPECT_EQ(max_expert_items(512, 8, 128, 64), 128 + 64);
 }
 
+// The grid's item count (max_expert_items) is never below the items a step
+// makes, whatever the routing: every expert chosen, one expert taking every
+// token, skewed and even spreads (group_by_expert would drop the items past
+// it). Host arithmetic only.
+TEST(MoeCuda, NoRoutingMakesMoreItemsThanTheGridHas) {
+  std::mt19937 rng(11);
+  for (const auto& [k, n_expert] : {std::pair{1, 4}, std::pair{2, 8}, std::pair{8, 128}, std::pair{4, 60}}) {
+    for (int n_tokens = 1; n_tokens <= 600; n_tokens += n_tokens < 40 ? 1 : 37) {
+      const int item_tokens = expert_item_tokens(n_tokens, k, n_expert);
+      const int bound = max_expert_items(n_tokens, k, n_expert, item_tokens);
+      for (int pattern = 0; pattern < 4; ++pattern) {
+        std::vector<int> count(n_expert, 0);
+        for (int t = 0; t < n_tokens; ++t) {
+          for (int i = 0; i < k; ++i) {
+            // 0: the same k experts for every token; 1: round robin (even);
+            // 2: skewed random; 3: each expert's count one past a multiple
+            // of item_tokens where it can be (the most items per slot).
+            int e = i;
+            if (pattern == 1) e = (t * k + i) % n_expert;
+            if (pattern == 2) e = (i + static_cast<int>(rng() % (rng() % 2 == 0 ? 3 : n_expert - i))) % n_expert;
+            if (pattern == 3) e = ((t * k + i) / (item_tokens + 1)) % n_expert;
+            ++count[e];
+          }
+        }
+        int items = 0;
+        for (const int c : count) items += (c + item_tokens - 1) / item_tokens;
+        EXPECT_LE(items, bound) << n_tokens << " tokens, k " << k << ", " << n_expert << " experts, pattern "
+                                << pattern;
+      }
+    }
+  }
+}
+
 // Checks what group_by_expert promises for `ids` against a host ordering.
 // With logits, the routing runs first (route_and_group: one fused block
 // up to kMaxFusedRouteTokens tokens) and `ids` is the CPU's routing of them.
