@@ -3,10 +3,13 @@
 // indexed by the chain hash of its tokens and every token before it, so a
 // new sequence that begins with the same tokens (the next turn of a chat, a
 // shared system prompt, a conversation coming back after others had its
-// slot) takes those blocks instead of computing them again. Blocks are
-// reference counted; one no sequence uses stays indexed (cached) until an
-// allocation needs it, least recently used first. One thread uses a pool
-// (the scheduler's engine thread); it is not synchronized.
+// slot) takes those blocks instead of computing them again. A block only
+// partly filled (the end of a conversation, a prompt that n choices fork)
+// can be offered too: a sequence whose tokens continue the same prefix
+// copies it (Backend::copy_block) and reuses the positions its tokens share.
+// Blocks are reference counted; one no sequence uses stays indexed (cached)
+// until an allocation needs it, least recently used first. One thread uses
+// a pool (the scheduler's engine thread); it is not synchronized.
 #pragma once
 
 #include <cstdint>
@@ -60,21 +63,54 @@ class KvBlockPool {
   // the index (it is freed, not cached, on release).
   uint64_t publish(int32_t block, uint64_t parent, std::span<const int32_t> tokens);
 
+  // Offers `block`, held by the caller, whose first tokens.size() (1 to
+  // kKvBlockSize - 1) positions hold `tokens` after the prefix `parent`, for
+  // copying: match_partial finds it, and it stays cached after release like
+  // an indexed block. Its holder may go on filling it (the offered positions
+  // do not change); publishing it full later keeps it on offer. Nothing
+  // happens when an offered block already covers these tokens.
+  void publish_partial(int32_t block, uint64_t parent, std::span<const int32_t> tokens);
+
+  struct PartialMatch {
+    int32_t block = -1;  // held for the caller: release() it once copied
+    int length = 0;      // leading positions of `tokens` it holds
+    // No sequence held it (it was only cached) and `tokens` continue all it
+    // holds: the caller may take it over (take_over) instead of copying it,
+    // losing nothing cached (a block shared only in part is copied, so its
+    // other continuation stays cached).
+    bool can_take_over = false;
+  };
+  // The offered or indexed block after `parent` that holds the longest run
+  // of the beginning of `tokens` (at least one); held for the caller.
+  std::optional<PartialMatch> match_partial(uint64_t parent, std::span<const int32_t> tokens);
+
+  // The caller, its only holder, writes into `block` after the positions it
+  // shares: it leaves the index and the offers, its contents kept.
+  void take_over(int32_t block);
+
  private:
   struct Block {
     int refs = 0;
-    bool indexed = false;
+    bool indexed = false;  // a full block in index_
+    bool offered = false;  // a partly filled one, on offer for copying (publish_partial)
     uint64_t hash = 0;
     uint64_t parent = 0;
-    std::vector<int32_t> tokens;  // what an indexed block holds, compared on every match
+    std::vector<int32_t> tokens;  // what an indexed or offered block holds, compared on every match
     std::list<int32_t>::iterator lru;  // where it is in lru_ while cached
+    bool cached_contents() const { return indexed || offered; }
   };
-  void forget(int32_t block);  // takes an indexed block out of the index
+  void forget(int32_t block);  // takes a block out of the index and the offers
+  void check_held(int32_t block, const char* what) const;
+  void attach_child(int32_t block);
+  void detach_child(int32_t block);
 
   std::vector<Block> blocks_;
   std::vector<int32_t> unused_;  // not indexed, not held
   std::list<int32_t> lru_;       // indexed, not held: least recently used first
   std::unordered_map<uint64_t, int32_t> index_;
+  // Indexed and offered blocks by the chain hash of the prefix before them
+  // (match_partial's candidates).
+  std::unordered_map<uint64_t, std::vector<int32_t>> children_;
 };
 
 }  // namespace m40::engine

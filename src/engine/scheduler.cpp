@@ -276,24 +276,52 @@ void Scheduler::fail(Slot& slot, const std::string& message) {
 
 // ---- the KV blocks of a slot ----------------------------------------------------
 
-// Places a slot's tokens in the pool: the longest cached prefix (leaving at
-// least one token to feed, whose logits come next), then fresh blocks for
+// Places a slot's tokens in the pool: the longest cached prefix of whole
+// blocks, then the positions a partly filled block on offer shares with the
+// tokens after it (copied into the slot's own next block), always leaving
+// at least one token to feed (its logits come next), then fresh blocks for
 // the rest. False, holding nothing, when the pool has no room for them.
 bool Scheduler::take_blocks(Slot& slot) {
+  constexpr int B = backend::kKvBlockSize;
   const int n = static_cast<int>(slot.tokens.size());
   KvBlockPool::Prefix prefix;
+  std::optional<KvBlockPool::PartialMatch> partial;
   if (slot.request->params.cache_prompt) {
-    prefix = pool_.acquire_prefix(slot.tokens, (n - 1) / backend::kKvBlockSize);
+    prefix = pool_.acquire_prefix(slot.tokens, (n - 1) / B);
+    const int whole = static_cast<int>(prefix.blocks.size());
+    const int reusable = std::min(B, n - 1 - whole * B);
+    if (reusable > 0) {
+      const uint64_t parent = whole == 0 ? KvBlockPool::kRootHash : prefix.hashes.back();
+      partial = pool_.match_partial(parent, std::span(slot.tokens).subspan(static_cast<size_t>(whole) * B, reusable));
+    }
   }
-  const int need = backend::kv_blocks_for(n) - static_cast<int>(prefix.blocks.size());
+  // A cached block the tokens continue whole becomes the slot's own (no
+  // copy, no extra block); any other is copied into a fresh block (copy on
+  // write), unless that fresh block is what the pool lacks.
+  const bool adopted = partial && partial->can_take_over;
+  if (adopted) pool_.take_over(partial->block);
+  const int need = backend::kv_blocks_for(n) - static_cast<int>(prefix.blocks.size()) - (adopted ? 1 : 0);
+  if (partial && !adopted && need > pool_.available()) {
+    pool_.release(partial->block);
+    partial.reset();
+  }
   if (need > pool_.available()) {
     for (int32_t b : prefix.blocks) pool_.release(b);
+    if (partial) pool_.release(partial->block);
     return false;
   }
   slot.blocks = std::move(prefix.blocks);
   slot.hashes = std::move(prefix.hashes);
+  if (adopted) slot.blocks.push_back(partial->block);
   for (int i = 0; i < need; ++i) slot.blocks.push_back(*pool_.allocate());
-  slot.n_kv = static_cast<int>(slot.hashes.size()) * backend::kKvBlockSize;
+  slot.n_kv = static_cast<int>(slot.hashes.size()) * B;
+  if (partial) {
+    if (!adopted) {
+      backend_.copy_block(partial->block, slot.blocks[slot.hashes.size()]);
+      pool_.release(partial->block);
+    }
+    slot.n_kv += partial->length;
+  }
   slot.has_blocks = true;
   backend_.set_blocks(slot.seq, slot.blocks, slot.n_kv);
   return true;
@@ -329,8 +357,10 @@ bool Scheduler::grow(Slot& slot, int positions, std::vector<std::unique_ptr<Slot
 }
 
 // Returns the slot's blocks to the pool (full ones stay cached for reuse,
-// its own included when it comes back) and forgets its cached positions.
-void Scheduler::give_back_blocks(Slot& slot) {
+// its own included when it comes back, and its partly filled last one on
+// offer) and forgets its cached positions.
+void Scheduler::give_back_blocks(Slot& slot, bool offer_partial) {
+  if (offer_partial && slot.has_blocks) offer_partial_block(slot);
   for (int32_t b : slot.blocks) pool_.release(b);
   slot.blocks.clear();
   slot.hashes.clear();
@@ -346,6 +376,19 @@ void Scheduler::publish_full_blocks(Slot& slot) {
     const uint64_t parent = b == 0 ? KvBlockPool::kRootHash : slot.hashes[b - 1];
     slot.hashes.push_back(pool_.publish(slot.blocks[b], parent, std::span(slot.tokens).subspan(static_cast<size_t>(b) * B, B)));
   }
+}
+
+void Scheduler::offer_partial_block(Slot& slot) {
+  constexpr int B = backend::kKvBlockSize;
+  const int whole = slot.n_kv / B;
+  // Only after every whole block before it (a chain hash names its prefix).
+  if (slot.n_kv % B == 0 || static_cast<int>(slot.hashes.size()) != whole ||
+      whole >= static_cast<int>(slot.blocks.size())) {
+    return;
+  }
+  const uint64_t parent = whole == 0 ? KvBlockPool::kRootHash : slot.hashes.back();
+  pool_.publish_partial(slot.blocks[whole], parent,
+                        std::span(slot.tokens).subspan(static_cast<size_t>(whole) * B, slot.n_kv % B));
 }
 
 void Scheduler::drop_cancelled_requests() {
@@ -424,7 +467,7 @@ void Scheduler::loop() {
       std::fprintf(stderr, "m40-llm: forward step failed: %s\n", e.what());
       for (auto& s : slots) {
         if (!s) continue;
-        give_back_blocks(*s);
+        give_back_blocks(*s, false);  // what the failed step wrote is not offered
         {
           std::lock_guard lock(mutex_);
           ++stats_.requests_failed;
@@ -541,7 +584,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       slot.timings.prompt_seconds = seconds_between(slot.prompt_start, after);
       slot.answered = true;
       slot.generate_start = after;
-      // Its full blocks are in the pool now: the other choices may fork them.
+      // Its blocks are in the pool now (the whole ones indexed, the partly
+      // filled one on offer): the other choices may fork them.
+      offer_partial_block(slot);
       *slot.request->prompt_read = true;
     }
     const int generated_before = slot.timings.generated_tokens;

@@ -216,8 +216,12 @@ class Scheduler {
   void admit(std::vector<std::unique_ptr<Slot>>& slots);  // mutex_ held
   bool take_blocks(Slot& slot);
   bool grow(Slot& slot, int positions, std::vector<std::unique_ptr<Slot>>& slots);
-  void give_back_blocks(Slot& slot);
+  // offer_partial: the K/V of its positions are sound (not after a failed
+  // step), so its partly filled last block may be offered for copying.
+  void give_back_blocks(Slot& slot, bool offer_partial = true);
   void publish_full_blocks(Slot& slot);
+  // Offers the slot's partly filled last block (KvBlockPool::publish_partial).
+  void offer_partial_block(Slot& slot);
   void step(std::vector<std::unique_ptr<Slot>>& slots);
   // Embedding requests' prompt chunks go in steps of their own (their
   // outputs are hidden states): every step while nothing else runs, every

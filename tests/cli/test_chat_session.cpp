@@ -115,16 +115,24 @@ TEST(ChatSession, ACachedPrefixGivesTheSameAnswerAsAFullPrefill) {
 
   auto reusing = chat.session();
   reusing.set_system("You tell short stories.");
+  auto first_messages = reusing.messages();
+  first_messages.push_back({{"role", "user"}, {"content", "The dog"}});
+  const auto first_prompt = reusing.render_prompt(first_messages);
   const auto first = reusing.send("The dog", greedy(16), ignore, never);
   EXPECT_EQ(first.reused_tokens, 0);
   auto messages = reusing.messages();
   messages.push_back({{"role", "user"}, {"content", "The cat"}});
   const auto second_prompt = reusing.render_prompt(messages);
   const auto second = reusing.send("The cat", greedy(16), ignore, never);
-  // Whole blocks of the first turn's prompt (which the second one begins with).
-  EXPECT_GE(second.reused_tokens, (first.prompt_tokens - 1) / 16 * 16);
-  EXPECT_GT(second.reused_tokens, 0);
-  EXPECT_EQ(second.reused_tokens % 16, 0);
+  // At least as much of the first turn's prompt as the second one begins
+  // with (whole blocks and the partly filled one after them).
+  size_t common = 0;
+  while (common < first_prompt.size() && common + 1 < second_prompt.size() &&
+         first_prompt[common] == second_prompt[common]) {
+    ++common;
+  }
+  EXPECT_GT(common, 16u);
+  EXPECT_GE(second.reused_tokens, static_cast<int>(common));
   EXPECT_EQ(reusing.messages().size(), 4u);
 
   // The same second prompt read whole by the one-shot generator on a backend

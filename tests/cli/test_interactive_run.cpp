@@ -119,8 +119,9 @@ TEST_F(InteractiveRun, ClearStartsTheConversationOver) {
   EXPECT_EQ(say(*s, "Once upon a time"), first);
 }
 
-// Each turn renders the whole conversation, but the whole KV blocks the
-// cache holds already are not evaluated again.
+// Each turn renders the whole conversation, but the positions the cache
+// holds already (whole KV blocks, then the partly filled one after them)
+// are not evaluated again.
 TEST_F(InteractiveRun, LaterTurnsReuseTheCachedPrefix) {
   auto s = start();
   say(*s, "/set parameter num_predict 8");
@@ -134,12 +135,12 @@ TEST_F(InteractiveRun, LaterTurnsReuseTheCachedPrefix) {
   EXPECT_EQ(std::stoi(m[2]), 0);
   const std::string second = say(*s, "The cat");
   ASSERT_TRUE(std::regex_search(second, m, counts)) << second;
-  // The first turn's prompt comes from the cache in whole blocks of 16
-  // positions, all but the one where its answer joins the new rendering.
+  // The first turn's prompt comes from the cache up to where its answer
+  // joins the new rendering (at worst a few tokens before its end, where
+  // the rendering of the answer's turn begins).
   const int reused = std::stoi(m[2]);
-  EXPECT_EQ(reused % 16, 0) << second;
-  EXPECT_GE(reused, (first_prompt - 1) / 16 * 16 - 16) << second;
-  EXPECT_GT(reused, 0) << second;
+  EXPECT_GE(reused, first_prompt - 16) << second;
+  EXPECT_GT(reused, 16) << second;
 }
 
 TEST_F(InteractiveRun, ShowInfoDescribesTheModel) {

@@ -2,6 +2,8 @@
 // its prompt alone, and reading a request's stream to its end.
 #pragma once
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -50,6 +52,25 @@ inline Collected drain(engine::RequestStream& stream) {
   }
   ADD_FAILURE() << "the stream did not end";
   return out;
+}
+
+// The positions a request for `prompt` finds cached after a sequence fed
+// `fed` (and gave its blocks back, whole ones indexed, the last partly
+// filled one on offer): their common beginning, but for the prompt's last
+// token, which is always fed.
+inline int reusable_positions(const std::vector<int32_t>& fed, const std::vector<int32_t>& prompt) {
+  const size_t n = std::min(fed.size(), prompt.size() - 1);
+  size_t common = 0;
+  while (common < n && fed[common] == prompt[common]) ++common;
+  return static_cast<int>(common);
+}
+
+// What a finished request fed: its prompt and every answer token but the
+// last (sampled, never fed back).
+inline std::vector<int32_t> fed_tokens(const std::vector<int32_t>& prompt, const engine::StreamEvent& end) {
+  std::vector<int32_t> fed = prompt;
+  if (!end.answer_tokens.empty()) fed.insert(fed.end(), end.answer_tokens.begin(), end.answer_tokens.end() - 1);
+  return fed;
 }
 
 }  // namespace m40::test

@@ -1,6 +1,6 @@
 // The engine's ledger of KV blocks: allocation, reference counts, the
-// prefix index (exact, whole blocks, chained) and least-recently-used
-// eviction of cached blocks.
+// prefix index (exact, whole blocks, chained), partly filled blocks on offer
+// for copying, and least-recently-used eviction of cached blocks.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -135,6 +135,82 @@ TEST(KvBlockPool, ADuplicateBlockStaysOutOfTheIndexAndIsFreedOnRelease) {
   EXPECT_EQ(pool.cached(), 0);  // freed, not cached
   pool.release(first[0]);
   EXPECT_EQ(pool.cached(), 1);
+}
+
+// A partly filled block on offer: found after its own prefix by the longest
+// common beginning (whole blocks too), held for the copy, cached after
+// release, gone once evicted.
+TEST(KvBlockPool, APartlyFilledBlockOnOfferIsFoundByItsCommonBeginning) {
+  KvBlockPool pool(4);
+  const auto tokens = tokens_from(100, B + 5);  // one whole block and 5 positions
+  auto blocks = fill(pool, tokens);
+  const uint64_t first_hash = KvBlockPool::chain_hash(KvBlockPool::kRootHash, std::span(tokens).first(B));
+  pool.publish_partial(blocks[1], first_hash, std::span(tokens).subspan(B, 5));
+  for (int32_t b : blocks) pool.release(b);
+  EXPECT_EQ(pool.cached(), 2);
+
+  // Three of the five positions agree; after another prefix nothing does.
+  std::vector<int32_t> wanted = {tokens[B], tokens[B + 1], tokens[B + 2], 7, 8};
+  EXPECT_FALSE(pool.match_partial(KvBlockPool::kRootHash + 1, wanted));
+  EXPECT_FALSE(pool.match_partial(first_hash, std::vector<int32_t>{7}));
+  const auto match = pool.match_partial(first_hash, wanted);
+  ASSERT_TRUE(match);
+  EXPECT_EQ(match->block, blocks[1]);
+  EXPECT_EQ(match->length, 3);
+  EXPECT_FALSE(match->can_take_over);  // its other two positions stay on offer
+  EXPECT_EQ(pool.cached(), 1);  // held for the copy
+  pool.release(match->block);
+  // Continuing all five: the block may become the caller's own.
+  auto all = wanted;
+  std::copy(tokens.begin() + B, tokens.end(), all.begin());
+  all.push_back(9);
+  const auto continued = pool.match_partial(first_hash, all);
+  ASSERT_TRUE(continued);
+  EXPECT_EQ(continued->length, 5);
+  EXPECT_TRUE(continued->can_take_over);
+  pool.release(continued->block);
+  // A whole indexed block is a candidate too: its first positions.
+  const auto whole = pool.match_partial(KvBlockPool::kRootHash, std::span(tokens).first(4));
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->block, blocks[0]);
+  EXPECT_EQ(whole->length, 4);
+  pool.release(whole->block);
+
+  // Evicted (every block allocated), the offer is gone.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(pool.allocate());
+  EXPECT_FALSE(pool.match_partial(first_hash, wanted));
+}
+
+// The holder may go on filling an offered block: a longer offer replaces
+// its shorter one, an offer another block covers adds nothing, and
+// publishing it full keeps it a candidate with its whole tokens.
+TEST(KvBlockPool, AnOfferGrowsAndBecomesAWholeBlock) {
+  KvBlockPool pool(4);
+  const auto tokens = tokens_from(300, B);
+  const int32_t a = *pool.allocate();
+  pool.publish_partial(a, KvBlockPool::kRootHash, std::span(tokens).first(3));
+  pool.publish_partial(a, KvBlockPool::kRootHash, std::span(tokens).first(9));
+  auto m = pool.match_partial(KvBlockPool::kRootHash, tokens);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->length, 9);
+  pool.release(m->block);
+  // b offers what a covers already: a stays the only candidate, so b is
+  // freed (not cached) on release.
+  const int32_t b = *pool.allocate();
+  pool.publish_partial(b, KvBlockPool::kRootHash, std::span(tokens).first(5));
+  pool.release(b);
+  EXPECT_EQ(pool.cached(), 0);
+  pool.publish(a, KvBlockPool::kRootHash, tokens);
+  m = pool.match_partial(KvBlockPool::kRootHash, tokens);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->block, a);
+  EXPECT_EQ(m->length, B);
+  pool.release(m->block);
+  pool.release(a);
+  EXPECT_EQ(pool.cached(), 1);
+  EXPECT_THROW(pool.publish_partial(a, KvBlockPool::kRootHash, std::span(tokens).first(3)), Error);  // not held
+  const int32_t c = *pool.allocate();
+  EXPECT_THROW(pool.publish_partial(c, KvBlockPool::kRootHash, tokens), Error);  // a whole block's worth
 }
 
 TEST(KvBlockPool, MisuseIsAnError) {
