@@ -179,6 +179,14 @@ void architecture_section(Report& rows, const model::ModelSummary& s) {
       rows.row("active parameters", model::format_parameter_count(*s.active_parameter_count) + " per token");
     }
   }
+  if (s.decode_bytes_per_token) {
+    // A Tesla M40 moves 288 GB/s: a decode step can go no faster than that
+    // over the weights it reads.
+    char ceiling[96];
+    std::snprintf(ceiling, sizeof ceiling, " (at most %.0f tokens/s on a Tesla M40's 288 GB/s)",
+                  288e9 / static_cast<double>(std::max<uint64_t>(*s.decode_bytes_per_token, 1)));
+    rows.row("decode reads", model::format_bytes(*s.decode_bytes_per_token) + " of weights per token" + ceiling);
+  }
   if (s.rope_dimension_count || s.rope_freq_base || s.rope_scaling_type || s.rope_scaling_factor) {
     std::string rope;
     const auto add = [&](const std::string& part) { rope += (rope.empty() ? "" : ", ") + part; };
@@ -383,6 +391,7 @@ Json summary_json(const model::ModelSummary& s) {
   put(a, "expert_used_count", s.expert_used_count);
   put(a, "expert_feed_forward_length", s.expert_feed_forward_length);
   put(a, "active_parameter_count", s.active_parameter_count);
+  put(a, "decode_bytes_per_token", s.decode_bytes_per_token);
   put(a, "head_count", s.head_count);
   put(a, "head_count_kv", s.head_count_kv);
   put(a, "head_dim", s.head_dim);

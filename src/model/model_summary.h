@@ -111,6 +111,11 @@ struct ModelSummary {
   // tensors (*_exps) only expert_used_count of expert_count slices.
   std::optional<uint64_t> active_parameter_count;
   bool has_experts() const { return expert_count.value_or(0) > 0; }
+  // Bytes of weights one decode step reads per token (only for files with
+  // tensors): every tensor, but one row of token_embd when the output head
+  // is a tensor of its own, and of the expert tensors expert_used_count of
+  // expert_count slices. Bandwidth over it bounds the decode speed.
+  std::optional<uint64_t> decode_bytes_per_token;
 
   // Tokenizer.
   std::optional<std::string> tokenizer_model;  // tokenizer.ggml.model

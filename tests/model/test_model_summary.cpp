@@ -267,4 +267,10 @@ TEST(ModelSummary, ExpertsAndActiveParameters) {
   const auto dense = summary_of("arch/tiny-qwen3-F32.gguf");
   EXPECT_FALSE(dense.has_experts());
   EXPECT_FALSE(dense.active_parameter_count);
+
+  // Bytes a decode token reads, F32 files: 4 per active parameter, but of
+  // qwen3moe's token_embd (1024 x 64; its head is output.weight) one row;
+  // tiny-qwen3's head is token_embd itself, read whole.
+  EXPECT_EQ(qwen.decode_bytes_per_token, 4u * (280000u - qwen_experts + qwen_experts / 8 * 2 - 1024 * 64 + 64));
+  EXPECT_EQ(dense.decode_bytes_per_token, 4u * dense.parameter_count);
 }
