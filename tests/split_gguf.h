@@ -7,23 +7,16 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "binary_runner.h"
 #include "gguf/file.h"
+#include "gguf/split_name.h"
 #include "gguf/writer.h"
 
 namespace m40::test {
-
-// The file name of part `number` (1-based) of `count`: "PREFIX-00002-of-00003.gguf".
-inline std::string split_part_name(const std::string& prefix, int number, int count) {
-  char tail[64];
-  std::snprintf(tail, sizeof tail, "-%05d-of-%05d.gguf", number, count);
-  return prefix + tail;
-}
 
 // Writes `source` as `parts` files PREFIX-0000k-of-0000N.gguf (`prefix`: a
 // path without the tail); returns their bytes, in order. count_override,
@@ -45,7 +38,7 @@ inline std::vector<std::string> write_split(const std::filesystem::path& source,
   }
   std::vector<std::string> bytes;
   for (int i = 0; i < parts; ++i) {
-    const std::string path = split_part_name(prefix.string(), i + 1, parts);
+    const std::string path = gguf::split_file_name(prefix.string(), i + 1, parts);
     writers[i].write(path);
     bytes.push_back(read_text_file(path));
   }

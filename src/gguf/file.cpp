@@ -7,6 +7,7 @@
 
 #include "common/mapped_file.h"
 #include "gguf/byte_reader.h"
+#include "gguf/split_name.h"
 
 namespace m40::gguf {
 
@@ -119,25 +120,20 @@ File File::open(const std::string& path) {
 void File::open_split_parts() {
   const auto count = metadata_.get<uint64_t>("split.count");
   const auto number = metadata_.get_optional<uint64_t>("split.no").value_or(0);
-  char tail[64];
-  std::snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(number + 1),
-                static_cast<unsigned long long>(count));
+  const std::string tail = split_file_name("", number + 1, count);
   if (!path_.ends_with(tail)) {
-    throw Error(path_ + ": a split model's files are named PREFIX-NNNNN-of-" + std::string(tail + 10, 5) +
+    throw Error(path_ + ": a split model's files are named PREFIX-NNNNN-of-" + tail.substr(10, 5) +
                 ".gguf; this one's name does not say which part it is");
   }
-  const std::string prefix = path_.substr(0, path_.size() - std::string(tail).size());
+  const std::string prefix = path_.substr(0, path_.size() - tail.size());
   if (number != 0) {
-    std::snprintf(tail, sizeof tail, "-%05d-of-%05llu.gguf", 1, static_cast<unsigned long long>(count));
     throw Error(path_ + " is part " + std::to_string(number + 1) + " of " + std::to_string(count) +
-                " of a split model: open its first part, " + prefix + tail);
+                " of a split model: open its first part, " + split_file_name(prefix, 1, count));
   }
   std::unordered_set<std::string> names;
   for (const auto& t : tensors_) names.insert(t.name);
   for (uint64_t i = 1; i < count; ++i) {
-    std::snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(i + 1),
-                  static_cast<unsigned long long>(count));
-    const std::string part_path = prefix + tail;
+    const std::string part_path = split_file_name(prefix, i + 1, count);
     File part;
     try {
       part = open_one(part_path);

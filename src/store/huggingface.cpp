@@ -4,13 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <cstdlib>
-#include <regex>
 #include <set>
 #include <sstream>
 
 #include "common/error.h"
+#include "gguf/split_name.h"
 #include "store/http_download.h"
 #include "store/model_name.h"
 #include "store/sha256.h"
@@ -34,13 +33,7 @@ bool is_model_gguf(const std::string& path) {
   return name.size() > 5 && name.ends_with(".GGUF") && !name.starts_with("MMPROJ");
 }
 
-bool is_split_part(const std::string& path) { return parse_split_part(path).has_value(); }
-
-std::string split_part_path(const SplitPart& part, uint32_t number) {
-  char tail[64];
-  std::snprintf(tail, sizeof tail, "-%05u-of-%05u.gguf", number, part.count);
-  return part.prefix + tail;
-}
+bool is_split_part(const std::string& path) { return gguf::parse_split_file_name(path).has_value(); }
 
 std::string url_escape_path(const std::string& path) {
   static const char kHex[] = "0123456789ABCDEF";
@@ -76,15 +69,6 @@ bool has_next_relation(const std::string& params) {
 }
 
 }  // namespace
-
-std::optional<SplitPart> parse_split_part(const std::string& path) {
-  static const std::regex kPart(R"((.+)-([0-9]{5})-of-([0-9]{5})\.gguf)", std::regex::icase);
-  std::smatch m;
-  if (!std::regex_match(path, m, kPart)) return std::nullopt;
-  SplitPart part{m[1].str(), static_cast<uint32_t>(std::stoul(m[2].str())), static_cast<uint32_t>(std::stoul(m[3].str()))};
-  if (part.number == 0 || part.number > part.count) return std::nullopt;
-  return part;
-}
 
 std::string hf_endpoint() {
   std::string endpoint = "https://huggingface.co";
@@ -212,18 +196,18 @@ HfFile select_gguf(const std::vector<HfFile>& files, const std::string& quant, c
 }
 
 std::vector<HfFile> model_files(const std::vector<HfFile>& files, const HfFile& chosen, const std::string& repo_label) {
-  const auto split = parse_split_part(chosen.path);
+  const auto split = gguf::parse_split_file_name(chosen.path);
   if (!split) return {chosen};
   std::vector<HfFile> parts;
   for (uint32_t number = 1; number <= split->count; ++number) {
     const auto it = std::find_if(files.begin(), files.end(), [&](const HfFile& f) {
-      const auto part = parse_split_part(f.path);
+      const auto part = gguf::parse_split_file_name(f.path);
       return part && part->prefix == split->prefix && part->count == split->count && part->number == number;
     });
     if (it == files.end()) {
       throw Error("the model " + base_name(chosen.path) + " in " + repo_label + " is split into " +
                   std::to_string(split->count) + " files, but part " + std::to_string(number) + " of " +
-                  std::to_string(split->count) + " (" + split_part_path(*split, number) + ") is not there");
+                  std::to_string(split->count) + " (" + gguf::split_file_name(split->prefix, number, split->count) + ") is not there");
     }
     parts.push_back(*it);
   }

@@ -38,17 +38,6 @@ std::optional<std::string> next_page_url(const std::string& link_header, const s
 std::vector<HfFile> hf_list_files(const std::string& org, const std::string& repo, const RequestPolicy& policy = {});
 std::string hf_file_url(const std::string& org, const std::string& repo, const std::string& path);
 
-// Where a file of a split model stands among its parts:
-// "sub/M-Q4_K_M-00002-of-00003.gguf" -> {"sub/M-Q4_K_M", 2, 3}.
-struct SplitPart {
-  std::string prefix;  // the path before "-NNNNN-of-NNNNN.gguf"
-  uint32_t number = 0;  // 1-based
-  uint32_t count = 0;
-};
-// Nullopt for a file that is not a gguf-split part (a part's name says
-// which of how many it is, 1 <= number <= count, as the GGUF loader reads it).
-std::optional<SplitPart> parse_split_part(const std::string& path);
-
 // The GGUF file for a quantization (case-insensitive): the file whose name
 // carries it as a token, else contains it; one file rather than the parts of
 // a split one, then the shortest path. With `quant` empty: Q4_K_M, or the

@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "common/error.h"
+#include "gguf/split_name.h"
 
 namespace m40::store {
 
@@ -23,8 +24,15 @@ bool is_store_file_name(const std::string& part) {
   }
   // A split model's parts, their partial files and the names they are
   // checked under (store.h).
-  static const std::regex kPartFile(R"((model|verifying)-[0-9]{5}-of-[0-9]{5}\.gguf(\.partial(\.json)?)?)");
-  return std::regex_match(part, kPartFile);
+  std::string file = part;
+  for (const char* suffix : {".partial.json", ".partial"}) {
+    if (file.ends_with(suffix)) {
+      file.resize(file.size() - std::string(suffix).size());
+      break;
+    }
+  }
+  const auto split = gguf::parse_split_file_name(file);
+  return split && (split->prefix == "model" || split->prefix == "verifying");
 }
 
 // Empty when valid, else why not. `what`: "tag" or "name part".

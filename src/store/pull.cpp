@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "gguf/split_name.h"
 #include "store/huggingface.h"
 #include "store/http_download.h"
 #include "store/ollama_registry.h"
@@ -217,9 +218,7 @@ class SplitCheckNames {
  public:
   SplitCheckNames(const fs::path& dir, const std::vector<PartSource>& parts) {
     for (size_t i = 0; i < parts.size(); ++i) {
-      char name[64];
-      std::snprintf(name, sizeof name, "verifying-%05zu-of-%05zu.gguf", i + 1, parts.size());
-      const fs::path link = dir / name;
+      const fs::path link = dir / gguf::split_file_name("verifying", i + 1, parts.size());
       std::error_code ec;
       fs::remove(link, ec);
       fs::create_hard_link(parts[i].partial, link, ec);

@@ -12,11 +12,11 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <set>
 
 #include "common/error.h"
 #include "gguf/file.h"
+#include "gguf/split_name.h"
 #include "model/model_summary.h"
 #include "store/http_download.h"
 #include "store/sha256.h"
@@ -30,8 +30,8 @@ namespace {
 
 // "model-00002-of-00003.gguf": what Store::part_file_name makes.
 bool is_part_file_name(const std::string& file) {
-  static const std::regex kPart(R"(model-[0-9]{5}-of-[0-9]{5}\.gguf)");
-  return std::regex_match(file, kPart);
+  const auto split = gguf::parse_split_file_name(file);
+  return split && split->prefix == "model";
 }
 
 // The files a pull leaves in a model's folder besides the manifest: the
@@ -39,9 +39,8 @@ bool is_part_file_name(const std::string& file) {
 // files, their records, the names a split model is checked under). Nothing
 // else is ever there, so `rm` removes exactly these.
 bool is_pull_file_name(const std::string& file) {
-  static const std::regex kSplit(R"(.+-[0-9]{5}-of-[0-9]{5}\.gguf)");
   return file == "model.gguf" || file.ends_with(".partial") || file.ends_with(".partial.json") ||
-         file == "manifest.json.tmp" || std::regex_match(file, kSplit);
+         file == "manifest.json.tmp" || gguf::parse_split_file_name(file).has_value();
 }
 
 Json to_json(const Manifest& m) {
@@ -165,11 +164,7 @@ std::string split_sha256(const std::vector<std::string>& part_sha256s) {
   return hash.hex_digest();
 }
 
-std::string Store::part_file_name(uint32_t number, uint32_t count) {
-  char name[64];
-  std::snprintf(name, sizeof name, "model-%05u-of-%05u.gguf", number, count);
-  return name;
-}
+std::string Store::part_file_name(uint32_t number, uint32_t count) { return gguf::split_file_name("model", number, count); }
 
 Store::Store(fs::path home) : home_(std::move(home)) {}
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "gguf/split_name.h"
 #include "store/huggingface.h"
 #include "store/pull.h"
 #include "test_paths.h"
@@ -63,8 +64,9 @@ TEST(HuggingFace, NoMatchListsWhatThereIs) {
   EXPECT_THROW(select_gguf(files({"README.md"}), "", "r"), m40::Error);
 }
 
+// A listed path's place among a split model's parts (gguf/split_name.h).
 TEST(HuggingFace, ReadsWhereASplitPartStands) {
-  using m40::store::parse_split_part;
+  const auto parse_split_part = m40::gguf::parse_split_file_name;
   const auto part = parse_split_part("Q4_K_M/M-Q4_K_M-00002-of-00003.gguf");
   ASSERT_TRUE(part.has_value());
   EXPECT_EQ(part->prefix, "Q4_K_M/M-Q4_K_M");

@@ -19,6 +19,7 @@
 #include "binary_runner.h"
 #include "fake_hub.h"
 #include "gguf/file.h"
+#include "gguf/split_name.h"
 #include "split_gguf.h"
 #include "store/pull.h"
 #include "store/store.h"
@@ -31,7 +32,7 @@ namespace fs = std::filesystem;
 using m40::test::BinaryResult;
 using m40::test::interrupt_pull_at;
 using m40::test::run_binary;
-using m40::test::split_part_name;
+using m40::gguf::split_file_name;
 
 const char* kQ8 = "TinyStories-656K-Q8_0.gguf";
 const char* kQ2 = "TinyStories-656K-Q2_K.gguf";
@@ -58,10 +59,10 @@ class PullSplit : public ::testing::Test {
   }
   void TearDown() override { ::unsetenv("M40_LLM_HF_ENDPOINT"); }
 
-  static std::string repo_path(int index) { return "test/split/" + split_part_name(kPrefix, index + 1, kParts); }
-  static std::string url_path(int index) { return "/test/split/resolve/main/" + split_part_name(kPrefix, index + 1, kParts); }
+  static std::string repo_path(int index) { return "test/split/" + split_file_name(kPrefix, index + 1, kParts); }
+  static std::string url_path(int index) { return "/test/split/resolve/main/" + split_file_name(kPrefix, index + 1, kParts); }
   fs::path model_dir() const { return home.path() / "models/hf.co/test/split/Q8_0"; }
-  fs::path stored_part(int index) const { return model_dir() / split_part_name("model", index + 1, kParts); }
+  fs::path stored_part(int index) const { return model_dir() / split_file_name("model", index + 1, kParts); }
   uint64_t total_size() const {
     uint64_t n = 0;
     for (const auto& p : parts) n += p.size();
@@ -107,7 +108,7 @@ TEST_F(PullSplit, EveryPartIsFetchedVerifiedAndStoredSideBySide) {
   ASSERT_EQ(manifest["parts"].size(), 3u);
   std::vector<std::string> shas;
   for (int i = 0; i < kParts; ++i) {
-    EXPECT_EQ(manifest["parts"][i]["file"], split_part_name("model", i + 1, kParts));
+    EXPECT_EQ(manifest["parts"][i]["file"], split_file_name("model", i + 1, kParts));
     EXPECT_EQ(manifest["parts"][i]["size"], parts[i].size());
     EXPECT_EQ(manifest["parts"][i]["sha256"], m40::test::FakeHub::sha256_of(parts[i]));
     shas.push_back(m40::test::FakeHub::sha256_of(parts[i]));
@@ -227,14 +228,14 @@ TEST_F(PullSplit, ReplacingASingleFileModelLeavesOnlyTheNewFiles) {
   ASSERT_TRUE(fs::exists(dir / "model.gguf"));
   ASSERT_EQ(run_binary({"pull", kRef, "--name", "m"}).exit_code, 0);
   EXPECT_FALSE(fs::exists(dir / "model.gguf"));
-  for (int i = 0; i < kParts; ++i) EXPECT_TRUE(fs::exists(dir / split_part_name("model", i + 1, kParts))) << i;
+  for (int i = 0; i < kParts; ++i) EXPECT_TRUE(fs::exists(dir / split_file_name("model", i + 1, kParts))) << i;
   const BinaryResult list = run_binary({"list"});
   EXPECT_EQ(count_lines(list.out), 2) << list.out;
   EXPECT_NE(list.out.find(m40::store::human_size(total_size())), std::string::npos) << list.out;
 
   ASSERT_EQ(run_binary({"pull", std::string("test/split/") + kQ2, "--name", "m"}).exit_code, 0);
   EXPECT_TRUE(fs::exists(dir / "model.gguf"));
-  for (int i = 0; i < kParts; ++i) EXPECT_FALSE(fs::exists(dir / split_part_name("model", i + 1, kParts))) << i;
+  for (int i = 0; i < kParts; ++i) EXPECT_FALSE(fs::exists(dir / split_file_name("model", i + 1, kParts))) << i;
 }
 
 // A part the listing lacks is named before anything is downloaded.
@@ -243,7 +244,7 @@ TEST_F(PullSplit, APartMissingFromTheRepositoryIsNamed) {
   const BinaryResult r = run_binary({"pull", kRef});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "error: the model TinyStories-656K-Q8_0-00001-of-00003.gguf in hf.co/test/split is split into 3 files, "
-                   "but part 2 of 3 (" + split_part_name(kPrefix, 2, kParts) + ") is not there\n");
+                   "but part 2 of 3 (" + split_file_name(kPrefix, 2, kParts) + ") is not there\n");
   EXPECT_TRUE(hub.requests_for(url_path(0)).empty());
   expect_nothing_stored();
 }

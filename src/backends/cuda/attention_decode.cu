@@ -394,7 +394,7 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   const int gqa = shape.n_head / shape.n_head_kv;
   const int heads_per_block = gqa == 1 ? 1 : gqa == 2 ? 2 : 4;
   const bool q8 = cache.type == KvFormat::Q8_0;
-  const bool rows_of_8 = shape.head_dim % 8 == 0 && (q8 || (aligned(cache.k, 16) && aligned(cache.v, 16)));
+  const bool rows_of_8 = kv_rows_of_8(cache, shape.head_dim);
   const int piece = rows_of_8 ? 8 : 4;
   const int lanes = next_pow2(ceil_div(shape.head_dim, piece));
   if (lanes > kWarpSize) {
@@ -403,24 +403,9 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   }
 
   DecodeArgs a{};
-  a.k = cache.k;
-  a.v = cache.v;
-  a.q = q;
-  a.seq_ids = seq_ids;
-  a.positions = positions;
-  a.out = out;
-  a.block_tables = cache.block_tables;
-  a.max_blocks = cache.max_blocks;
-  a.n_ctx = cache.n_ctx;
-  a.kv_dim = cache.kv_dim;
-  a.head_dim = shape.head_dim;
-  a.n_head = shape.n_head;
-  a.gqa = gqa;
+  fill_common_args(a, cache, shape, scale, q, seq_ids, positions, out);
   a.groups_per_kv = ceil_div(gqa, heads_per_block);
   a.lanes_per_key = lanes;
-  a.scale = scale;
-  a.softcap = shape.softcap;
-  a.window = shape.window;
 
   // Parts: enough blocks to fill the GPU (about 8 per multiprocessor: a
   // block keeps only 8 KB of loads in flight, so a single sequence with few

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/half_widen.cuh"
 #include "backends/cuda/layer_kernels.h"
+#include "backends/cuda/pointer_alignment.h"
 #include "quant/blocks.h"
 
 namespace m40::cuda::attn {
@@ -127,6 +128,36 @@ inline int next_pow2(int v) {
   int p = 1;
   while (p < v) p *= 2;
   return p;
+}
+
+// Whether a lane reads K/V rows in pieces of 8 values (head_dim a multiple
+// of 8, and for FP16 a 16-byte aligned cache), else 4.
+inline bool kv_rows_of_8(const KvLayer& cache, int head_dim) {
+  return head_dim % 8 == 0 &&
+         (cache.type == KvFormat::Q8_0 || (aligned(cache.k, 16) && aligned(cache.v, 16)));
+}
+
+// The fields both kernels' arguments (DecodeArgs, PrefillArgs) take from the
+// cache, the shape and the call.
+template <class Args>
+void fill_common_args(Args& a, const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,
+                      const int32_t* seq_ids, const int32_t* positions, float* out) {
+  a.k = cache.k;
+  a.v = cache.v;
+  a.q = q;
+  a.seq_ids = seq_ids;
+  a.positions = positions;
+  a.out = out;
+  a.block_tables = cache.block_tables;
+  a.max_blocks = cache.max_blocks;
+  a.n_ctx = cache.n_ctx;
+  a.kv_dim = cache.kv_dim;
+  a.head_dim = shape.head_dim;
+  a.n_head = shape.n_head;
+  a.gqa = shape.n_head / shape.n_head_kv;
+  a.scale = scale;
+  a.softcap = shape.softcap;
+  a.window = shape.window;
 }
 
 // The decode kernel (attention_decode.cu) for n_tokens tokens seeing up to

@@ -373,26 +373,10 @@ void launch_prefill_for_head_dim(const PrefillArgs& a, cudaStream_t stream) {
 void run_prefill(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,
                  const int32_t* seq_ids, const int32_t* positions, int n_tokens, float* out, cudaStream_t stream) {
   PrefillArgs a{};
-  a.k = cache.k;
-  a.v = cache.v;
-  a.q = q;
-  a.seq_ids = seq_ids;
-  a.positions = positions;
-  a.out = out;
-  a.block_tables = cache.block_tables;
-  a.max_blocks = cache.max_blocks;
-  a.n_ctx = cache.n_ctx;
-  a.kv_dim = cache.kv_dim;
-  a.head_dim = shape.head_dim;
-  a.n_head = shape.n_head;
-  a.gqa = shape.n_head / shape.n_head_kv;
+  fill_common_args(a, cache, shape, scale, q, seq_ids, positions, out);
   a.n_tokens = n_tokens;
-  const bool q8 = cache.type == KvFormat::Q8_0;
-  a.rows_of_8 = shape.head_dim % 8 == 0 && (q8 || (aligned(cache.k, 16) && aligned(cache.v, 16)));
-  a.scale = scale;
-  a.softcap = shape.softcap;
-  a.window = shape.window;
-  if (q8) {
+  a.rows_of_8 = kv_rows_of_8(cache, shape.head_dim);
+  if (cache.type == KvFormat::Q8_0) {
     launch_prefill_for_head_dim<Q8Rows>(a, stream);
   } else {
     launch_prefill_for_head_dim<F16Rows>(a, stream);

@@ -57,9 +57,7 @@ MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights&
     }
     // Expert tensors go up whole (every expert's matrix, back to back).
     plan.weights += weight_bytes(l.ffn_gate_inp);
-    for (const auto* slices : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
-      if (!slices->empty()) plan.weights += Arena::aligned(slices->front().row_bytes * slices->front().rows * slices->size());
-    }
+    for (const auto* slices : {&l.gate_exps, &l.up_exps, &l.down_exps}) plan.weights += weight_bytes(model::stacked_slices(*slices));
   }
   // K and V, FP16 or Q8_0 (34 bytes per 32 values), every layer and pool row
   // (kKvBlockSize per block).

@@ -222,12 +222,22 @@ __global__ void combine_kernel(const float* __restrict__ expert_out, const int32
 
 }  // namespace
 
+namespace {
+
+// The routing's arguments (and the grouping's item size, when given).
+void check_experts(const char* op, int n_expert, int k, int item_tokens = 1) {
+  if (n_expert < 1 || n_expert > kMaxExperts || k < 1 || k > n_expert || item_tokens < 1) {
+    throw Error(std::string(op) + ": " + std::to_string(n_expert) + " experts (1 to " + std::to_string(kMaxExperts) +
+                "), " + std::to_string(k) + " chosen (1 to the expert count), " + std::to_string(item_tokens) +
+                " tokens per item");
+  }
+}
+
+}  // namespace
+
 void route_experts(const float* logits, int n_tokens, int n_expert, int k, int32_t* ids, float* weights,
                    cudaStream_t stream) {
-  if (n_expert < 1 || n_expert > kMaxExperts) {
-    throw Error("route_experts: " + std::to_string(n_expert) + " experts (1 to " + std::to_string(kMaxExperts) + ")");
-  }
-  if (k < 1 || k > n_expert) throw Error("route_experts: k must be between 1 and the expert count");
+  check_experts("route_experts", n_expert, k);
   if (n_tokens <= 0) return;
   const int blocks = (n_tokens + kRouteWarps - 1) / kRouteWarps;
   const size_t shared = static_cast<size_t>(kRouteWarps) * n_expert * sizeof(float);
@@ -252,20 +262,9 @@ int max_expert_items(int n_tokens, int k, int n_expert, int item_tokens) {
   return static_cast<int>(std::min<int64_t>(slots, std::min<int64_t>(n_expert, slots) + slots / item_tokens));
 }
 
-namespace {
-
-void check_grouping(const char* op, int n_expert, int k, int item_tokens) {
-  if (n_expert < 1 || n_expert > kMaxExperts || k < 1 || k > n_expert || item_tokens < 1) {
-    throw Error(std::string(op) + ": " + std::to_string(n_expert) + " experts (1 to " + std::to_string(kMaxExperts) +
-                "), " + std::to_string(k) + " chosen, " + std::to_string(item_tokens) + " tokens per item");
-  }
-}
-
-}  // namespace
-
 void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int k, int item_tokens, int n_items,
                      int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items, cudaStream_t stream) {
-  check_grouping("group_by_expert", n_expert, k, item_tokens);
+  check_experts("group_by_expert", n_expert, k, item_tokens);
   if (n_slots <= 0 || n_items <= 0) return;
   const size_t shared = group_shared_ints(n_expert) * sizeof(int);
   group_kernel<<<1, kGroupThreads, shared, stream>>>(ids, n_slots, n_expert, k, item_tokens, n_items, sorted_slots,
@@ -276,7 +275,7 @@ void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int k, int i
 void route_and_group(const float* logits, int n_tokens, int n_expert, int k, int item_tokens, int n_items,
                      int32_t* ids, float* weights, int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items,
                      cudaStream_t stream) {
-  check_grouping("route_and_group", n_expert, k, item_tokens);
+  check_experts("route_and_group", n_expert, k, item_tokens);
   if (n_tokens <= 0 || n_items <= 0) return;
   if (n_tokens > kMaxFusedRouteTokens) {
     route_experts(logits, n_tokens, n_expert, k, ids, weights, stream);

@@ -13,6 +13,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "common/error.h"
 #include "gguf/file.h"
+#include "gguf/split_name.h"
 #include "gguf/writer.h"
 #include "model/loaded_model.h"
 #include "split_gguf.h"
@@ -58,7 +59,7 @@ TEST_F(SplitModel, LoadsFromItsFirstFileAsOneModel) {
   const auto file = gguf::File::open(first.string());
   EXPECT_EQ(file.file_count(), 3u);
   uint64_t parts_bytes = 0;
-  for (int i = 1; i <= 3; ++i) parts_bytes += fs::file_size(dir_ / test::split_part_name("tiny", i, 3));
+  for (int i = 1; i <= 3; ++i) parts_bytes += fs::file_size(dir_ / gguf::split_file_name("tiny", i, 3));
   EXPECT_EQ(file.total_size(), parts_bytes);
   EXPECT_LT(file.file_size(), parts_bytes);
   EXPECT_EQ(file.tensors().size(), gguf::File::open(source_.string()).tensors().size());
