@@ -93,6 +93,22 @@ else
   run_step fuzz bash scripts/fuzz.sh
 fi
 
+# The failed tests' names and the end of their output come last, where a
+# log cut to its tail still shows them.
+failed_list="$build_dir/Testing/Temporary/LastTestsFailed.log"
+if [ "$build_ok" = 1 ] && [ "${ctest_rc:-0}" != 0 ] && [ -s "$failed_list" ]; then
+  m40_log "failed tests (the last 40 lines of each one's output)"
+  while IFS=: read -r _ name; do
+    echo "--- $name"
+    # ctest prints a failed test's output after its result line, up to the
+    # next result line.
+    awk -v name="$name" '
+      /^ *[0-9]+\/[0-9]+ Test +#[0-9]+: / { on = (index($0, " " name " ") > 0); if (on) print; next }
+      /^ +Start +[0-9]+: / || /^[0-9]+% tests passed/ { on = 0 }
+      on { print }' "$log_dir/ctest.log" | tail -n 40
+  done <"$failed_list"
+fi
+
 m40_log "summary (${#summary[@]} steps, $((SECONDS - total_start)) s in all)"
 printf '%s\n' "${summary[@]}"
 # Each ctest test counts as one check, and so do the gate and the fuzz run.
