@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
+
 namespace m40::backend {
 
 // The KV cache element type. F16 is the design's default; F32 exists to
@@ -16,6 +18,15 @@ namespace m40::backend {
 // (GGUF Q8_0 blocks of 32 values, 34 bytes, quantized as K and V are
 // appended) halves the cache of F16 for long contexts. F32 is CPU only.
 enum class KvType { F16, F32, Q8_0 };
+
+// Layers [first, end) of a model: what one stage of a model split over
+// devices computes (pipeline_backend.h).
+struct LayerRange {
+  int first = 0;
+  int end = 0;
+  int size() const { return end - first; }
+  bool operator==(const LayerRange&) const = default;
+};
 
 struct Batch {
   std::vector<int32_t> tokens;
@@ -86,6 +97,23 @@ class Backend {
   // (sized logits_count() * n_embd()). Throws m40::Error on a bad
   // token id, position or sequence.
   virtual void forward(const Batch& batch, std::span<float> logits) = 0;
+
+  // --- A stage of a model split over devices (pipeline_backend.h) ---------
+  // The layers this backend computes; {0, 0} for a backend that cannot run
+  // as a stage. A backend of the whole model holds [0, n_layer).
+  virtual LayerRange layers() const { return {}; }
+  // One step over layers(), as forward() but for a stage: unless it holds
+  // layer 0, it reads each batch token's hidden state (n_embd() floats, in
+  // batch order) from `hidden` instead of embedding the token; unless it
+  // holds the last layer, it writes each token's hidden state after its
+  // last layer back to `hidden` and leaves `out` alone; the stage that
+  // holds the last layer writes `out` as forward() writes its logits.
+  // Throws m40::Error as forward() does, or for a `hidden` too small.
+  virtual void forward_stage(const Batch& batch, std::span<float> hidden, std::span<float> out);
 };
+
+inline void Backend::forward_stage(const Batch&, std::span<float>, std::span<float>) {
+  throw Error("the " + name() + " backend cannot run as one stage of a model split over devices");
+}
 
 }  // namespace m40::backend

@@ -70,15 +70,21 @@ class BlockTables {
   // The output buffer holds n_vocab logits per output token, or n_embd
   // values with Batch::output_embeddings (n_embd 0: the backend has none).
   void check(const Batch& batch, size_t logits_size, int n_vocab, int n_embd = 0) const {
-    if (batch.size() == 0) throw Error("empty batch");
-    if (batch.positions.size() != batch.size() || batch.seq_ids.size() != batch.size() ||
-        batch.want_logits.size() != batch.size()) {
-      throw Error("batch fields have different lengths");
-    }
+    check_tokens(batch, n_vocab);
     if (batch.output_embeddings && n_embd <= 0) throw Error("this backend gives no hidden states");
     const int row = batch.output_embeddings ? n_embd : n_vocab;
     if (logits_size < batch.logits_count() * static_cast<size_t>(row)) {
       throw Error(batch.output_embeddings ? "hidden-state buffer too small for the batch" : "logits buffer too small for the batch");
+    }
+  }
+
+  // check() without the output buffer: a stage of a split model that hands
+  // its hidden states on (Backend::forward_stage) has no logits to size.
+  void check_tokens(const Batch& batch, int n_vocab) const {
+    if (batch.size() == 0) throw Error("empty batch");
+    if (batch.positions.size() != batch.size() || batch.seq_ids.size() != batch.size() ||
+        batch.want_logits.size() != batch.size()) {
+      throw Error("batch fields have different lengths");
     }
     std::vector<int> filled = cached_;
     for (size_t i = 0; i < batch.size(); ++i) {

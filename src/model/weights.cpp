@@ -249,23 +249,36 @@ const WeightView* ModelWeights::rope_factors(const ModelHparams& hparams, uint32
   return nullptr;
 }
 
-uint64_t ModelWeights::total_bytes() const {
-  auto bytes = [](const WeightView& v) { return v.present() ? v.row_bytes * v.rows : 0; };
-  uint64_t total = bytes(token_embd) + bytes(output_norm) + (tied_output ? 0 : bytes(output)) + bytes(rope_freqs) +
-                   bytes(rope_factors_short) + bytes(rope_factors_long);
-  for (const auto& l : layers) {
-    for (const WeightView* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                                &l.bo, &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down,
-                                &l.post_ffn_norm}) {
-      total += bytes(*v);
-    }
-    total += bytes(l.ffn_gate_inp);
-    for (const auto* slices : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
-      for (const WeightView& v : *slices) total += bytes(v);
-    }
+namespace {
+uint64_t view_bytes(const WeightView& v) { return v.present() ? v.row_bytes * v.rows : 0; }
+}  // namespace
+
+
+uint64_t ModelWeights::layer_bytes(size_t layer) const {
+  const LayerWeights& l = layers.at(layer);
+  uint64_t total = 0;
+  for (const WeightView* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo, &l.bo,
+                              &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm}) {
+    total += view_bytes(*v);
+  }
+  total += view_bytes(l.ffn_gate_inp);
+  for (const auto* slices : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+    for (const WeightView& v : *slices) total += view_bytes(v);
   }
   return total;
 }
+
+uint64_t ModelWeights::stage_bytes(size_t first, size_t end) const {
+  uint64_t total = 0;
+  const bool holds_input = first == 0, holds_output = end == layers.size();
+  // The RoPE factors serve every layer; they are small and counted once.
+  if (holds_input) total += view_bytes(token_embd) + view_bytes(rope_freqs) + view_bytes(rope_factors_short) + view_bytes(rope_factors_long);
+  for (size_t l = first; l < end; ++l) total += layer_bytes(l);
+  if (holds_output) total += view_bytes(output_norm) + (tied_output && holds_input ? 0 : view_bytes(output));
+  return total;
+}
+
+uint64_t ModelWeights::total_bytes() const { return stage_bytes(0, layers.size()); }
 
 WeightView stacked_slices(const std::vector<WeightView>& slices) {
   if (slices.empty()) return {};

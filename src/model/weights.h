@@ -84,6 +84,13 @@ struct ModelWeights {
   const WeightView* rope_factors(const ModelHparams& hparams, uint32_t n_ctx) const;
 
   uint64_t total_bytes() const;
+  // The bytes of one layer's tensors.
+  uint64_t layer_bytes(size_t layer) const;
+  // What a stage that computes layers [first, end) reads: those layers, the
+  // input side (token_embd, the RoPE factors) where it begins at layer 0,
+  // the output side (output_norm and the head, token_embd when tied) where
+  // it ends at the last layer. stage_bytes(0, layers.size()) == total_bytes().
+  uint64_t stage_bytes(size_t first, size_t end) const;
   // Whether the layers route tokens to experts (a backend without MoE support refuses these).
   bool has_experts() const { return !layers.empty() && layers[0].has_experts(); }
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "backends/cpu/moe.h"
 #include "common/error.h"
@@ -18,6 +19,17 @@ int pool_blocks(const CpuBackendOptions& o) {
   return o.kv_blocks > 0 ? o.kv_blocks : o.n_seq * backend::kv_blocks_for(o.n_ctx);
 }
 
+// [0, n_layer) for the default {0, 0}; else the stage's range, checked.
+backend::LayerRange resolve_layers(const model::ModelHparams& hp, backend::LayerRange r) {
+  const int n_layer = static_cast<int>(hp.n_layer);
+  if (r == backend::LayerRange{}) return {0, n_layer};
+  if (r.first < 0 || r.first >= r.end || r.end > n_layer) {
+    throw Error("layers " + std::to_string(r.first) + " to " + std::to_string(r.end - 1) + " are not a stage of a model of " +
+                std::to_string(n_layer) + " layers");
+  }
+  return r;
+}
+
 std::vector<float> vector_of(const model::WeightView& w) {
   if (!w.present()) return {};
   std::vector<float> v(w.cols * w.rows);
@@ -31,8 +43,9 @@ CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWei
     : hparams_(hparams),
       weights_(weights),
       options_(options),
+      layers_(resolve_layers(hparams, options.layers)),
       pool_(options.threads),
-      kv_(static_cast<int>(hparams.n_layer), pool_blocks(options), static_cast<int>(hparams.kv_dim()), options.kv_type),
+      kv_(layers_.size(), pool_blocks(options), static_cast<int>(hparams.kv_dim()), options.kv_type),
       tables_(options.n_seq, options.n_ctx, pool_blocks(options)) {
   if (const model::WeightView* factors = weights.rope_factors(hparams, static_cast<uint32_t>(options.n_ctx))) {
     rope_freq_factors_ = vector_of(*factors);
@@ -56,6 +69,10 @@ CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWei
   output_norm_ = vector_of(weights.output_norm);
 }
 
+uint64_t CpuBackend::memory_bytes() const {
+  return weights_.stage_bytes(static_cast<size_t>(layers_.first), static_cast<size_t>(layers_.end)) + kv_.bytes();
+}
+
 void CpuBackend::copy_block(int32_t src, int32_t dst) {
   tables_.check_block(src);
   tables_.check_block(dst);
@@ -63,18 +80,53 @@ void CpuBackend::copy_block(int32_t src, int32_t dst) {
 }
 
 void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
+  if (layers_.first != 0 || layers_.end != static_cast<int>(hparams_.n_layer)) {
+    throw Error("this CPU backend computes layers " + std::to_string(layers_.first) + " to " + std::to_string(layers_.end - 1) +
+                " only: its steps go through forward_stage");
+  }
   tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
+  std::vector<float> x;
+  run_layers(batch, {}, x);
+  tables_.advance(batch);
+  write_outputs(batch, x, logits);
+}
+
+void CpuBackend::forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) {
+  const bool holds_first = layers_.first == 0, holds_last = layers_.end == static_cast<int>(hparams_.n_layer);
+  if (holds_last) {
+    tables_.check(batch, out.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
+  } else {
+    tables_.check_tokens(batch, static_cast<int>(hparams_.n_vocab));
+  }
+  const size_t hidden_size = batch.size() * hparams_.n_embd;
+  if ((!holds_first || !holds_last) && hidden.size() < hidden_size) throw Error("hidden-state buffer too small for the batch");
+  std::vector<float> x;
+  run_layers(batch, holds_first ? std::span<const float>() : std::span<const float>(hidden.first(hidden_size)), x);
+  tables_.advance(batch);
+  if (holds_last) {
+    write_outputs(batch, x, out);
+  } else {
+    std::copy(x.begin(), x.end(), hidden.begin());
+  }
+}
+
+void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> hidden_in, std::vector<float>& x) {
   const auto& hp = hparams_;
   const int64_t n = static_cast<int64_t>(batch.size());
   const int64_t n_embd = hp.n_embd, q_dim = hp.q_dim(), kv_dim = hp.kv_dim(), n_ff = hp.n_ff;
   const int head_dim = static_cast<int>(hp.head_dim());
 
-  std::vector<float> x(n * n_embd), xn(n * n_embd), q(n * q_dim), k(n * kv_dim), v(n * kv_dim);
+  x.resize(n * n_embd);
+  std::vector<float> xn(n * n_embd), q(n * q_dim), k(n * kv_dim), v(n * kv_dim);
   const int64_t dense_ff = hp.has_experts() ? 0 : n * n_ff;  // expert layers keep their own buffers (moe_ffn)
   std::vector<float> attn(n * q_dim), proj(n * n_embd), gate(dense_ff), up(dense_ff);
 
-  for (int64_t t = 0; t < n; ++t) get_row(weights_.token_embd, batch.tokens[t], x.data() + t * n_embd);
-  if (hp.embedding_scale != 1.0f) scale(x.data(), n * n_embd, hp.embedding_scale);
+  if (layers_.first == 0) {
+    for (int64_t t = 0; t < n; ++t) get_row(weights_.token_embd, batch.tokens[t], x.data() + t * n_embd);
+    if (hp.embedding_scale != 1.0f) scale(x.data(), n * n_embd, hp.embedding_scale);
+  } else {
+    std::copy(hidden_in.begin(), hidden_in.begin() + n * n_embd, x.begin());
+  }
 
   // A branch's output (attention or FFN, in proj) joins the residual stream:
   // RMSNorm'd first where the architecture has post-norms, scaled where it
@@ -89,8 +141,9 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
     add_in_place(x.data(), proj.data(), n * n_embd);
   };
 
-  for (int layer = 0; layer < static_cast<int>(hp.n_layer); ++layer) {
+  for (int layer = layers_.first; layer < layers_.end; ++layer) {
     const model::LayerWeights& w = weights_.layers[layer];
+    const int kv_layer = layer - layers_.first;  // the KV cache holds this stage's layers
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(x.data() + t * n_embd, attn_norm_[layer].data(), xn.data() + t * n_embd, n_embd, hp.rms_eps);
     }
@@ -120,11 +173,11 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
         rope(kt, static_cast<int>(hp.n_head_kv), batch.positions[t], layer_rope_[layer]);
       }
       if (hp.attn_temperature_scale != 0.0f) scale(qt, q_dim, hp.attention_temperature(batch.positions[t]));
-      kv_.store(layer, backend::kv_row(tables_.table(batch.seq_ids[t]), batch.positions[t]), kt, vt);
+      kv_.store(kv_layer, backend::kv_row(tables_.table(batch.seq_ids[t]), batch.positions[t]), kt, vt);
     }
     AttentionShape shape{static_cast<int>(hp.n_head), static_cast<int>(hp.n_head_kv), head_dim, hp.attention_scale,
                          hp.attn_softcap, static_cast<int>(hp.window_of_layer(layer))};
-    cpu::attention(kv_, layer, shape, q.data(), batch.seq_ids.data(), batch.positions.data(), static_cast<int>(n),
+    cpu::attention(kv_, kv_layer, shape, q.data(), batch.seq_ids.data(), batch.positions.data(), static_cast<int>(n),
                    tables_, attn.data(), pool_);
     matmul(w.wo, attn.data(), n, proj.data(), pool_);
     if (!bo_[layer].empty()) {
@@ -149,9 +202,13 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
     }
     add_branch(post_ffn_norm_[layer]);
   }
+}
 
-  tables_.advance(batch);
-
+void CpuBackend::write_outputs(const backend::Batch& batch, const std::vector<float>& x, std::span<float> logits) {
+  const auto& hp = hparams_;
+  const int64_t n = static_cast<int64_t>(batch.size());
+  const int64_t n_embd = hp.n_embd;
+  std::vector<float> xn(n * n_embd);
   // Only the tokens whose logits are wanted go through the output head.
   int64_t n_out = 0;
   for (int64_t t = 0; t < n; ++t) {

@@ -20,6 +20,10 @@ struct CpuBackendOptions {
   int kv_blocks = 0;  // blocks in the KV pool; 0: n_seq * kv_blocks_for(n_ctx), a whole context per sequence
   backend::KvType kv_type = backend::KvType::F16;
   unsigned threads = 0;  // 0: every core
+  // The layers it computes: {0, 0} (the default) for all of them, else one
+  // stage of a model split over devices (Backend::forward_stage). Its KV
+  // cache holds those layers only.
+  backend::LayerRange layers{};
 };
 
 class CpuBackend : public backend::Backend {
@@ -33,20 +37,32 @@ class CpuBackend : public backend::Backend {
   int n_vocab() const override { return static_cast<int>(hparams_.n_vocab); }
   int n_embd() const override { return static_cast<int>(hparams_.n_embd); }
   unsigned threads() const { return pool_.size(); }
+  // K and V of the layers it computes: the cache's layer i is the model's
+  // layers().first + i.
   const KvCache& kv_cache() const { return kv_; }
   int n_kv_blocks() const override { return kv_.n_blocks(); }
-  // The mapped weights and the KV pool (a step's activations come and go).
-  uint64_t memory_bytes() const override { return weights_.total_bytes() + kv_.bytes(); }
+  // The mapped weights it reads (ModelWeights::stage_bytes of its layers)
+  // and the KV pool (a step's activations come and go).
+  uint64_t memory_bytes() const override;
   void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override { tables_.set(seq, blocks, n_cached); }
   void copy_block(int32_t src, int32_t dst) override;
 
   void forward(const backend::Batch& batch, std::span<float> logits) override;
+  backend::LayerRange layers() const override { return layers_; }
+  void forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) override;
 
  private:
+  // The residual stream x after layers_ (embedded from the batch's tokens
+  // at layer 0, else read from `hidden_in`).
+  void run_layers(const backend::Batch& batch, std::span<const float> hidden_in, std::vector<float>& x);
+  // The output norm and head (or the hidden states) of the tokens that
+  // want an output.
+  void write_outputs(const backend::Batch& batch, const std::vector<float>& x, std::span<float> out);
 
   model::ModelHparams hparams_;
   const model::ModelWeights& weights_;
   CpuBackendOptions options_;
+  backend::LayerRange layers_;
   ThreadPool pool_;
   KvCache kv_;
   std::vector<float> rope_freq_factors_;
