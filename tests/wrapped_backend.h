@@ -24,6 +24,7 @@ class WrappedBackend : public backend::Backend {
   int n_embd() const override { return inner_.n_embd(); }
   int n_kv_blocks() const override { return inner_.n_kv_blocks(); }
   uint64_t memory_bytes() const override { return inner_.memory_bytes(); }
+  uint64_t gpu_memory_bytes() const override { return inner_.gpu_memory_bytes(); }
   void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override {
     inner_.set_blocks(seq, blocks, n_cached);
   }

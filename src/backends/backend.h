@@ -28,6 +28,17 @@ struct LayerRange {
   bool operator==(const LayerRange&) const = default;
 };
 
+// [0, n_layer) for the default {0, 0}; else `r`, which must be a non-empty
+// range of the model's layers (throws m40::Error naming it otherwise).
+inline LayerRange resolve_layers(LayerRange r, int n_layer) {
+  if (r == LayerRange{}) return {0, n_layer};
+  if (r.first < 0 || r.first >= r.end || r.end > n_layer) {
+    throw Error("layers " + std::to_string(r.first) + " to " + std::to_string(r.end - 1) + " are not a stage of a model of " +
+                std::to_string(n_layer) + " layers");
+  }
+  return r;
+}
+
 struct Batch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> positions;   // position of each token in its sequence
@@ -72,6 +83,8 @@ class Backend {
   // The memory the model occupies with this backend: the weights (mapped or
   // copied), the KV pool and the working buffers, in bytes.
   virtual uint64_t memory_bytes() const = 0;
+  // The part of memory_bytes() in GPU memory.
+  virtual uint64_t gpu_memory_bytes() const { return 0; }
 
   // The paged KV cache (kv_blocks.h). The pool has n_kv_blocks() blocks.
   // Until set_blocks() names them, sequence s holds blocks

@@ -28,6 +28,7 @@ struct BenchOptions {
   unsigned threads = 0;
   bool cpu = false;
   int gpu = -1;
+  int gpu_layers = -1;
   std::string vram;
 };
 
@@ -62,6 +63,7 @@ int run_bench(const BenchOptions& o) {
   bo.threads = o.threads;
   bo.force_cpu = o.cpu;
   bo.gpu = o.gpu;
+  bo.gpu_layers = o.gpu_layers;
   if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
   bo.kv_type = engine::kv_type_from_name(o.kv_type);
   auto backend = engine::make_backend(*model, bo);
@@ -116,6 +118,7 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: every core)");
   cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
   cmd->add_option("--gpu", opts->gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
+  cmd->add_option("--gpu-layers,--ngl", opts->gpu_layers, "Layers on the GPU: the last N and the output head there, the rest on the CPU (default: all when the model fits, else as many as fit)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--vram", opts->vram, "Cap the GPU memory budget, e.g. 24G to plan as on a Tesla M40");
   cmd->callback([opts] { set_command_action([opts] { return run_bench(*opts); }); });
 }

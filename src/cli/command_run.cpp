@@ -35,6 +35,7 @@ struct RunOptions {
   unsigned threads = 0;
   bool cpu = false;
   int gpu = -1;
+  int gpu_layers = -1;
   std::string vram;
   bool verbose = false;
   bool ignore_eos = false;
@@ -83,6 +84,7 @@ int run_run(RunOptions o) {
   bo.threads = o.threads;
   bo.force_cpu = o.cpu;
   bo.gpu = o.gpu;
+  bo.gpu_layers = o.gpu_layers;
   if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
   bo.kv_type = engine::kv_type_from_name(o.kv_type);
   auto backend = engine::make_backend(*model, bo);
@@ -191,6 +193,7 @@ void register_run_command(CLI::App& app) {
   cmd->add_flag("--raw", opts->raw, "Tokenize PROMPT as it is instead of rendering it through the chat template");
   cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
   cmd->add_option("--gpu", opts->gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
+  cmd->add_option("--gpu-layers,--ngl", opts->gpu_layers, "Layers on the GPU: the last N and the output head there, the rest on the CPU (default: all when the model fits, else as many as fit)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--vram", opts->vram, "Cap the GPU memory budget, e.g. 24G to plan as on a Tesla M40");
   cmd->add_flag("--verbose", opts->verbose, "Print timings (prompt and generation speed) to stderr afterwards");
   cmd->add_option("--logits-out", opts->logits_out,

@@ -8,7 +8,9 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/kv_blocks.h"
+#include "backends/pipeline/pipeline_backend.h"
 #include "common/error.h"
+#include "engine/layer_placement.h"
 #ifdef M40_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device.h"
@@ -120,9 +122,65 @@ int chosen_gpu(int requested) {
 }  // namespace
 #endif
 
-std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, const BackendOptions& options) {
+namespace {
+
+std::unique_ptr<cpu::CpuBackend> make_cpu_backend(const model::LoadedModel& model, const BackendOptions& options, int n_ctx,
+                                                  int kv_blocks, backend::LayerRange layers) {
+  cpu::CpuBackendOptions cpu_options;
+  cpu_options.n_ctx = n_ctx;
+  cpu_options.kv_blocks = kv_blocks;
+  cpu_options.n_seq = options.n_seq;
+  cpu_options.kv_type = options.kv_type;
+  cpu_options.threads = options.threads;
+  cpu_options.layers = layers;
+  return std::make_unique<cpu::CpuBackend>(model.hparams, model.weights, cpu_options);
+}
+
 #ifdef M40_HAVE_CUDA
-  if (!options.force_cpu && gpu_available()) {
+// The first layers on the CPU, the last ones (options.gpu_layers, or as
+// many as fit `gpu_bytes_available`) and the output head on the GPU. The
+// context and the KV pool are sized by the CPU's budget, which holds most
+// of the model; the GPU's stage must fit its own.
+std::unique_ptr<backend::Backend> make_offloaded_backend(const model::LoadedModel& model, const BackendOptions& options,
+                                                         cuda::CudaBackendOptions cuda_options, uint64_t gpu_bytes_available) {
+  const int n_layer = static_cast<int>(model.hparams.n_layer);
+  const MemoryBudget budget = cpu_budget(model, options);
+  const int n_ctx = choose_context_size(static_cast<int>(model.hparams.n_ctx_train), options.n_ctx, budget);
+  const int kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);
+  cuda_options.n_ctx = n_ctx;
+  cuda_options.kv_blocks = kv_blocks;
+  int gpu_layers = options.gpu_layers;
+  if (gpu_layers < 0) {
+    gpu_layers = gpu_layers_that_fit(
+        n_layer,
+        [&](int g) {
+          const cuda::PlanShape shape{n_ctx,     options.n_seq,        cuda_options.max_batch, 32,
+                                      kv_blocks, options.kv_type, backend::LayerRange{n_layer - g, n_layer}};
+          return cuda::plan_memory(model.hparams, model.weights, shape).total();
+        },
+        gpu_bytes_available);
+    std::fprintf(stderr, "note: the model does not fit GPU %d with a context of %d: %s\n", cuda_options.device, n_ctx,
+                 describe_offload(n_layer, gpu_layers, cuda_options.device).c_str());
+    if (gpu_layers == 0) return make_cpu_backend(model, options, n_ctx, kv_blocks, {});
+  }
+  const int first_gpu_layer = n_layer - gpu_layers;
+  std::vector<std::unique_ptr<backend::Backend>> stages;
+  stages.push_back(make_cpu_backend(model, options, n_ctx, kv_blocks, {0, first_gpu_layer}));
+  cuda_options.layers = {first_gpu_layer, n_layer};
+  stages.push_back(std::make_unique<cuda::CudaBackend>(model.hparams, model.weights, cuda_options));
+  return std::make_unique<backend::PipelineBackend>(std::move(stages), n_layer);
+}
+#endif
+
+}  // namespace
+
+std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, const BackendOptions& options) {
+  if (options.force_cpu && options.gpu_layers > 0) {
+    throw Error("--cpu runs no layer on the GPU and --gpu-layers " + std::to_string(options.gpu_layers) +
+                " asks for some: give one of them");
+  }
+#ifdef M40_HAVE_CUDA
+  if (!options.force_cpu && options.gpu_layers != 0 && gpu_available()) {
     if (options.kv_type == backend::KvType::F32) {
       throw Error("the CUDA backend keeps its KV cache in FP16 or Q8_0: use --cpu for f32");
     }
@@ -144,19 +202,24 @@ std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, 
     cuda_options.kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);
     cuda_options.n_seq = options.n_seq;
     cuda_options.vram_budget = options.vram_budget;
-    return std::make_unique<cuda::CudaBackend>(model.hparams, model.weights, cuda_options);
+    const int n_layer = static_cast<int>(model.hparams.n_layer);
+    shape.n_ctx = n_ctx;
+    shape.kv_blocks = cuda_options.kv_blocks;
+    const bool whole = options.gpu_layers >= n_layer ||
+                       (options.gpu_layers < 0 &&
+                        cuda::plan_memory(model.hparams, model.weights, shape).total() <= budget.available);
+    if (whole) return std::make_unique<cuda::CudaBackend>(model.hparams, model.weights, cuda_options);
+    return make_offloaded_backend(model, options, cuda_options, budget.available);
   }
 #endif
-  if (options.gpu >= 0 && !options.force_cpu) throw Error("--gpu was given but no CUDA GPU is available (or this build has no CUDA backend)");
+  if (options.gpu >= 0 && !options.force_cpu && options.gpu_layers != 0) throw Error("--gpu was given but no CUDA GPU is available (or this build has no CUDA backend)");
+  if (options.gpu_layers > 0) {
+    throw Error("--gpu-layers was given but no CUDA GPU is available (or this build has no CUDA backend)");
+  }
   const MemoryBudget budget = cpu_budget(model, options);
   const int n_ctx = resolve_context_size(model, options.n_ctx, budget);
-  cpu::CpuBackendOptions cpu_options;
-  cpu_options.n_ctx = n_ctx;
-  cpu_options.kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);
-  cpu_options.n_seq = options.n_seq;
-  cpu_options.kv_type = options.kv_type;
-  cpu_options.threads = options.threads;
-  return std::make_unique<cpu::CpuBackend>(model.hparams, model.weights, cpu_options);
+  return make_cpu_backend(model, options, n_ctx,
+                          kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize), {});
 }
 
 }  // namespace m40::engine

@@ -19,6 +19,11 @@ struct BackendOptions {
   bool force_cpu = false; // --cpu
   int gpu = -1;           // --gpu N; -1: $M40_LLM_DEVICE, else 0
   uint64_t vram_budget = 0;  // --vram; 0: the GPU's free memory
+  // --gpu-layers N: the last N layers and the output head on the GPU, the
+  // others on the CPU (layer_placement.h); N at or above the layer count:
+  // all on the GPU; 0: none. -1 (the default): all of them when the model
+  // fits the GPU, else as many as fit.
+  int gpu_layers = -1;
   // The paged KV cache's pool (backends/kv_blocks.h). By default it holds a
   // whole context for every sequence where the memory left after the
   // weights allows, else what that memory holds (sequences share it as
@@ -48,7 +53,9 @@ int resolve_context_size(const model::LoadedModel& model, int requested, const M
 // MemAvailable of /proc/meminfo in bytes (0 where it cannot be read).
 uint64_t system_available_memory();
 
-// The CUDA backend when a GPU is present (and not force_cpu), else the CPU.
+// The CUDA backend when a GPU is present (and not force_cpu), else the CPU;
+// a model split between them (backends/pipeline) where gpu_layers or the
+// GPU's memory says so.
 std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, const BackendOptions& options);
 
 }  // namespace m40::engine

@@ -224,6 +224,7 @@ void ModelManager::start_model(ResidentModel& m, const ModelTarget& target) cons
   bo.threads = options_.threads;
   bo.force_cpu = options_.force_cpu;
   bo.gpu = options_.gpu;
+  bo.gpu_layers = options_.gpu_layers;
   bo.vram_budget = options_.vram_budget;
   bo.kv_pool_bytes = options_.kv_pool_bytes;
   bo.kv_pool_fraction = options_.kv_pool_fraction;

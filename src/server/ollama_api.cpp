@@ -390,7 +390,7 @@ void register_ollama_routes(ServerContext& s) {
                  if (!keep_alive.forever) expires = std::chrono::system_clock::now() + keep_alive.duration;
                }
                entry["expires_at"] = expires ? rfc3339(*expires) : "9999-12-31T23:59:59Z";  // never: keep_alive < 0
-               entry["size_vram"] = m.backend->name() == "CPU" ? 0 : m.backend->memory_bytes();  // the CPU backend holds nothing in VRAM
+               entry["size_vram"] = m.backend->gpu_memory_bytes();
                entry["context_length"] = m.scheduler->n_ctx();
                entry["parallel"] = m.backend->n_seq_max();
                list.push_back(std::move(entry));

@@ -22,6 +22,7 @@ struct ServerOptions {
   unsigned threads = 0;      // CPU backend threads; 0: every core
   bool force_cpu = false;
   int gpu = -1;              // GPU index; -1: $M40_LLM_DEVICE, else 0
+  int gpu_layers = -1;       // layers on the GPU (engine::BackendOptions::gpu_layers); -1: all that fit
   uint64_t vram_budget = 0;  // bytes of GPU memory a model may plan for; 0: the GPU's free memory
   // The paged KV pool the requests share (engine::BackendOptions): bytes, or
   // a fraction of the memory left after the weights; both 0: the default.

@@ -19,17 +19,6 @@ int pool_blocks(const CpuBackendOptions& o) {
   return o.kv_blocks > 0 ? o.kv_blocks : o.n_seq * backend::kv_blocks_for(o.n_ctx);
 }
 
-// [0, n_layer) for the default {0, 0}; else the stage's range, checked.
-backend::LayerRange resolve_layers(const model::ModelHparams& hp, backend::LayerRange r) {
-  const int n_layer = static_cast<int>(hp.n_layer);
-  if (r == backend::LayerRange{}) return {0, n_layer};
-  if (r.first < 0 || r.first >= r.end || r.end > n_layer) {
-    throw Error("layers " + std::to_string(r.first) + " to " + std::to_string(r.end - 1) + " are not a stage of a model of " +
-                std::to_string(n_layer) + " layers");
-  }
-  return r;
-}
-
 std::vector<float> vector_of(const model::WeightView& w) {
   if (!w.present()) return {};
   std::vector<float> v(w.cols * w.rows);
@@ -43,7 +32,7 @@ CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWei
     : hparams_(hparams),
       weights_(weights),
       options_(options),
-      layers_(resolve_layers(hparams, options.layers)),
+      layers_(backend::resolve_layers(options.layers, static_cast<int>(hparams.n_layer))),
       pool_(options.threads),
       kv_(layers_.size(), pool_blocks(options), static_cast<int>(hparams.kv_dim()), options.kv_type),
       tables_(options.n_seq, options.n_ctx, pool_blocks(options)) {

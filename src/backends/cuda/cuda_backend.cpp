@@ -33,7 +33,10 @@ backend::BlockTables block_tables_for(const CudaBackendOptions& o) {
 
 CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights,
                          CudaBackendOptions options)
-    : hparams_(hparams), options_(options), tables_(block_tables_for(options)) {
+    : hparams_(hparams),
+      options_(options),
+      stage_(backend::resolve_layers(options.layers, static_cast<int>(hparams.n_layer))),
+      tables_(block_tables_for(options)) {
   if (options.kv_type == backend::KvType::F32) {
     throw Error("the CUDA backend keeps its KV cache in FP16 or Q8_0: use --cpu for f32");
   }
@@ -58,7 +61,8 @@ CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelW
   const DeviceInfo info = device_info(options.device);
   device_name_ = info.name;
 
-  PlanShape shape{options.n_ctx, options.n_seq, options.max_batch, max_logit_rows_, tables_.n_blocks(), options.kv_type};
+  PlanShape shape{options.n_ctx, options.n_seq, options.max_batch, max_logit_rows_, tables_.n_blocks(), options.kv_type,
+                  stage_};
   plan_ = plan_memory(hparams, weights, shape);
   const uint64_t available =
       options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, info.free_memory_bytes) : info.free_memory_bytes;
@@ -84,12 +88,13 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
   block_tables_ = static_cast<int32_t*>(scratch_.take(tables_.flat().size() * sizeof(int32_t)));
   host_tables_ = PinnedBuffer(tables_.flat().size() * sizeof(int32_t));
 
-  // The pool: layer l's K at 2 l P and its V at (2 l + 1) P, P = kv_half_bytes_.
+  // The pool: the stage's layer l's K at 2 l P and its V at (2 l + 1) P,
+  // P = kv_half_bytes_.
   const int kv_dim = static_cast<int>(hparams_.kv_dim());
   kv_half_bytes_ =
       static_cast<uint64_t>(tables_.n_blocks()) * backend::kKvBlockSize * kv_row_bytes(kv_format(options_.kv_type), kv_dim);
-  kv_memory_ = DeviceAllocation(2 * kv_half_bytes_ * hparams_.n_layer);
-  for (uint32_t l = 0; l < hparams_.n_layer; ++l) {
+  kv_memory_ = DeviceAllocation(2 * kv_half_bytes_ * static_cast<uint64_t>(stage_.size()));
+  for (int l = 0; l < stage_.size(); ++l) {
     auto* base = static_cast<uint8_t*>(kv_memory_.data()) + 2 * kv_half_bytes_ * l;
     kv_layers_.push_back(
         {base, base + kv_half_bytes_, options_.n_ctx, kv_dim, block_tables_, tables_.max_blocks(), kv_format(options_.kv_type)});
@@ -126,6 +131,7 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
   }
   host_ids_ = PinnedBuffer(3 * b * sizeof(int32_t));
   host_logits_ = PinnedBuffer(static_cast<size_t>(max_logit_rows_) * hparams_.n_vocab * sizeof(float));
+  if (!holds_input() || !holds_output()) host_hidden_ = PinnedBuffer(b * hparams_.n_embd * sizeof(float));
 }
 
 CudaBackend::~CudaBackend() {
@@ -236,13 +242,18 @@ DeviceWeight back_to_back(std::initializer_list<const DeviceWeight*> matrices) {
 void CudaBackend::upload_weights(const model::ModelWeights& weights) {
   weights_arena_ = Arena(plan_.weights);
   Uploader up(copy_stream_);
-  token_embd_ = upload_matrix(weights.token_embd, up);
-  output_ = weights.tied_output ? token_embd_ : upload_matrix(weights.output, up);
-  output_norm_ = upload_vector(weights.output_norm);
+  // A stage holds the token embedding where it begins at layer 0 (or its
+  // tied head reads it), the output norm and head where it ends at the last.
+  if (holds_input() || (holds_output() && weights.tied_output)) token_embd_ = upload_matrix(weights.token_embd, up);
+  if (holds_output()) {
+    output_ = weights.tied_output ? token_embd_ : upload_matrix(weights.output, up);
+    output_norm_ = upload_vector(weights.output_norm);
+  }
   if (const model::WeightView* factors = weights.rope_factors(hparams_, static_cast<uint32_t>(options_.n_ctx))) {
     rope_factors_ = upload_vector(*factors);
   }
-  for (const auto& l : weights.layers) {
+  for (int li = stage_.first; li < stage_.end; ++li) {
+    const model::LayerWeights& l = weights.layers[static_cast<size_t>(li)];
     LayerOnDevice d{};
     d.attn_norm = upload_vector(l.attn_norm);
     d.wq = upload_matrix(l.wq, up);
@@ -320,13 +331,15 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
   const int kv_dim = static_cast<int>(hp.kv_dim());
   const bool gelu = hp.desc->activation == model::FfnActivation::GeluTanh;
 
-  embed_tokens(token_embd_, tokens_, n, x_, stream_);
-  if (hp.embedding_scale != 1.0f) scale_and_cap(x_, int64_t{n} * n_embd, hp.embedding_scale, 0.0f, stream_);
-  stage_timer_.mark(stream_, "embed");
+  if (holds_input()) {  // a later stage finds the hidden states in x_
+    embed_tokens(token_embd_, tokens_, n, x_, stream_);
+    if (hp.embedding_scale != 1.0f) scale_and_cap(x_, int64_t{n} * n_embd, hp.embedding_scale, 0.0f, stream_);
+    stage_timer_.mark(stream_, "embed");
+  }
   bool xn_holds_attn_norm = false;  // the previous layer's branch join normalized x already
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOnDevice& w = layers_[l];
-    const auto layer = static_cast<uint32_t>(l);
+    const auto layer = static_cast<uint32_t>(stage_.first) + static_cast<uint32_t>(l);  // the model's layer
     if (!xn_holds_attn_norm) {
       rms_norm(x_, w.attn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
       stage_timer_.mark(stream_, "attn_norm");
@@ -481,7 +494,7 @@ void CudaBackend::enqueue_output(const float* rows, int n_out) {
   }
 }
 
-void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* logits_out,
+void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* hidden, float* logits_out,
                             size_t& logits_written) {
   const int n = static_cast<int>(end - begin);
   auto* ids = host_ids_.as<int32_t>();
@@ -501,12 +514,25 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
 
   const size_t n_vocab = hparams_.n_vocab;
   const size_t row_bytes = hparams_.n_embd * sizeof(float);
+  float* chunk_hidden = hidden != nullptr ? hidden + begin * hparams_.n_embd : nullptr;
+  if (!holds_input()) {  // the previous stage's hidden states, through pinned memory
+    std::memcpy(host_hidden_.as<float>(), chunk_hidden, n * row_bytes);
+    M40_CUDA_CHECK(cudaMemcpyAsync(x_, host_hidden_.as<float>(), n * row_bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  // A stage before the last hands x_ on after its layers.
+  const auto hand_over = [&] {
+    M40_CUDA_CHECK(cudaMemcpyAsync(host_hidden_.as<float>(), x_, n * row_bytes, cudaMemcpyDeviceToHost, stream_));
+    M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(chunk_hidden, host_hidden_.as<float>(), n * row_bytes);
+  };
   // A decode step (every token wants logits, few tokens) replays a graph
   // captured once per batch size; its kernels read positions from the device,
   // and the attention is sized for the whole context so the graph stays valid.
   // (Stage timing runs the steps eagerly: events inside graphs do not time.)
-  const bool decode_step = options_.use_graphs && !stage_timer_.enabled() && all_want_logits && !batch.output_embeddings &&
-                           n <= max_logit_rows_ && n <= kMaxMatvecTokens;
+  // (A stage before the last computes no outputs: any few tokens qualify.)
+  const bool outputs_fit =
+      !holds_output() || (all_want_logits && !batch.output_embeddings && n <= max_logit_rows_);
+  const bool decode_step = options_.use_graphs && !stage_timer_.enabled() && outputs_fit && n <= kMaxMatvecTokens;
   if (decode_step) {
     auto it = decode_graphs_.find(n);
     if (it == decode_graphs_.end()) {
@@ -514,7 +540,7 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
       M40_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
         enqueue_layers(n, options_.n_ctx);
-        enqueue_output(x_, n);
+        if (holds_output()) enqueue_output(x_, n);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph != nullptr) cudaGraphDestroy(graph);
@@ -528,6 +554,10 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
       it = decode_graphs_.emplace(n, exec).first;
     }
     M40_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    if (!holds_output()) {
+      hand_over();
+      return;
+    }
     M40_CUDA_CHECK(cudaMemcpyAsync(host_logits_.as<float>(), logits_, n * n_vocab * sizeof(float),
                                    cudaMemcpyDeviceToHost, stream_));
     M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -548,6 +578,11 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   }
   stage_timer_.begin(stream_);
   enqueue_layers(n, max_positions, n_single, max_single_positions);
+  if (!holds_output()) {
+    hand_over();
+    stage_timer_.collect();
+    return;
+  }
   if (batch.output_embeddings) {
     copy_hidden_states(batch, begin, n, logits_out, logits_written);
     stage_timer_.collect();
@@ -617,7 +652,7 @@ void CudaBackend::copy_block(int32_t src, int32_t dst) {
   auto* base = static_cast<uint8_t*>(kv_memory_.data());
   M40_CUDA_CHECK(cudaMemcpy2DAsync(base + static_cast<size_t>(dst) * block_bytes, kv_half_bytes_,
                                    base + static_cast<size_t>(src) * block_bytes, kv_half_bytes_, block_bytes,
-                                   2 * static_cast<size_t>(hparams_.n_layer), cudaMemcpyDeviceToDevice, stream_));
+                                   2 * static_cast<size_t>(stage_.size()), cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::upload_tables() {
@@ -633,7 +668,27 @@ void CudaBackend::upload_tables() {
 }
 
 void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) {
+  if (!holds_input() || !holds_output()) {
+    throw Error("this CUDA backend computes layers " + std::to_string(stage_.first) + " to " +
+                std::to_string(stage_.end - 1) + " only: its steps go through forward_stage");
+  }
   tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
+  run_step(batch, nullptr, logits.data());
+}
+
+void CudaBackend::forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) {
+  if (holds_output()) {
+    tables_.check(batch, out.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
+  } else {
+    tables_.check_tokens(batch, static_cast<int>(hparams_.n_vocab));
+  }
+  if ((!holds_input() || !holds_output()) && hidden.size() < batch.size() * hparams_.n_embd) {
+    throw Error("hidden-state buffer too small for the batch");
+  }
+  run_step(batch, hidden.data(), out.data());
+}
+
+void CudaBackend::run_step(const backend::Batch& batch, float* hidden, float* out) {
   select_device(options_.device);
   upload_tables();  // before the step's kernels or graph, on the same stream
   size_t written = 0;
@@ -641,7 +696,7 @@ void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) 
   // earlier ones appended, so a long prompt needs no larger scratch.
   for (size_t begin = 0; begin < batch.size(); begin += options_.max_batch) {
     const size_t end = std::min(batch.size(), begin + options_.max_batch);
-    run_chunk(batch, begin, end, logits.data(), written);
+    run_chunk(batch, begin, end, hidden, out, written);
   }
   tables_.advance(batch);
 }

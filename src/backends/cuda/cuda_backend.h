@@ -33,6 +33,10 @@ struct CudaBackendOptions {
   int max_batch = 512;       // prompt tokens per internal chunk
   int kv_blocks = 0;         // KV pool blocks (kv_blocks.h); 0: n_seq * kv_blocks_for(n_ctx)
   backend::KvType kv_type = backend::KvType::F16;  // F16 or Q8_0 (kv_dim a multiple of 32)
+  // The layers on this GPU: {0, 0} (the default) for all of them, else one
+  // stage of a model split over devices (Backend::forward_stage), holding
+  // those layers' weights and K/V only (PlanShape::layers).
+  backend::LayerRange layers{};
 };
 
 class CudaBackend : public backend::Backend {
@@ -49,11 +53,14 @@ class CudaBackend : public backend::Backend {
   int n_embd() const override { return static_cast<int>(hparams_.n_embd); }
   const MemoryPlan& memory_plan() const { return plan_; }
   uint64_t memory_bytes() const override { return plan_.total(); }
+  uint64_t gpu_memory_bytes() const override { return plan_.total(); }
 
   int n_kv_blocks() const override { return tables_.n_blocks(); }
   void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override;
   void copy_block(int32_t src, int32_t dst) override;
   void forward(const backend::Batch& batch, std::span<float> logits) override;
+  backend::LayerRange layers() const override { return stage_; }
+  void forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) override;
 
  private:
   struct LayerOnDevice {
@@ -116,7 +123,15 @@ class CudaBackend : public backend::Backend {
   // Final norm and output head (with the logits' scale and soft-cap) for
   // n_out consecutive hidden-state rows.
   void enqueue_output(const float* rows, int n_out);
-  void run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* logits_out, size_t& logits_written);
+  // The chunk [begin, end) of a step. A stage that does not hold layer 0
+  // reads the chunk's hidden states from `hidden` (n_embd floats per batch
+  // token), one that does not hold the last writes them back there.
+  void run_chunk(const backend::Batch& batch, size_t begin, size_t end, float* hidden, float* logits_out,
+                 size_t& logits_written);
+  // forward() and forward_stage() after their checks.
+  void run_step(const backend::Batch& batch, float* hidden, float* out);
+  bool holds_input() const { return stage_.first == 0; }
+  bool holds_output() const { return stage_.end == static_cast<int>(hparams_.n_layer); }
   // Batch::output_embeddings: the final norm of the chunk's n hidden states
   // (in x_), the wanted rows copied to `out` (n_embd floats each); no
   // output head.
@@ -126,6 +141,7 @@ class CudaBackend : public backend::Backend {
 
   model::ModelHparams hparams_;
   CudaBackendOptions options_;
+  backend::LayerRange stage_;  // the layers on this GPU; layers_[i] is layer stage_.first + i
   std::string device_name_;
   MemoryPlan plan_;
   cudaStream_t stream_ = nullptr;
@@ -164,6 +180,7 @@ class CudaBackend : public backend::Backend {
   float *expert_x_ = nullptr, *expert_gate_up_ = nullptr, *expert_act_ = nullptr, *expert_out_ = nullptr;
   PinnedBuffer host_ids_;     // tokens, positions, seq ids staged for upload
   PinnedBuffer host_logits_;  // max_logit_rows x n_vocab
+  PinnedBuffer host_hidden_;  // a stage's hand-over: max_batch x n_embd
   int max_logit_rows_ = 32;
 
   std::map<int, cudaGraphExec_t> decode_graphs_;  // by batch size

@@ -44,12 +44,17 @@ std::string MemoryPlan::describe() const {
 
 MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights& w, const PlanShape& shape) {
   MemoryPlan plan;
+  const backend::LayerRange stage = backend::resolve_layers(shape.layers, static_cast<int>(hp.n_layer));
+  const bool holds_input = stage.first == 0, holds_output = stage.end == static_cast<int>(hp.n_layer);
   // The rope factors: only the set the context size selects goes up.
   const model::WeightView* rope_factors = w.rope_factors(hp, static_cast<uint32_t>(std::max(shape.n_ctx, 0)));
-  plan.weights = weight_bytes(w.token_embd) + weight_bytes(w.output_norm) +
+  // A tied head reads the token embedding.
+  const bool embedding = holds_input || (holds_output && w.tied_output);
+  plan.weights = (embedding ? weight_bytes(w.token_embd) : 0) + (holds_output ? weight_bytes(w.output_norm) : 0) +
                  (rope_factors != nullptr ? weight_bytes(*rope_factors) : 0) +
-                 (w.tied_output ? 0 : weight_bytes(w.output));
-  for (const auto& l : w.layers) {
+                 (holds_output && !w.tied_output ? weight_bytes(w.output) : 0);
+  for (int li = stage.first; li < stage.end; ++li) {
+    const model::LayerWeights& l = w.layers[static_cast<size_t>(li)];
     for (const model::WeightView* v :
          {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo, &l.bo,
           &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm}) {
@@ -61,7 +66,8 @@ MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights&
   }
   // K and V, FP16 or Q8_0 (34 bytes per 32 values), every layer and pool row
   // (kKvBlockSize per block).
-  plan.kv_cache = 2ull * hp.n_layer * static_cast<uint64_t>(shape.kv_pool_blocks()) * backend::kKvBlockSize *
+  plan.kv_cache = 2ull * static_cast<uint64_t>(stage.size()) * static_cast<uint64_t>(shape.kv_pool_blocks()) *
+                  backend::kKvBlockSize *
                   kv_row_bytes(kv_format(shape.kv_type), static_cast<int>(hp.kv_dim()));
   // Activations of one chunk (FP32): x, xn, q, k, v, attention out, gate, up;
   // the logits of the output-head rows; token/position/sequence ids; the

@@ -29,6 +29,10 @@ struct PlanShape {
   int max_logit_rows = 32;  // output-head rows computed at once
   int kv_blocks = 0;        // KV pool blocks of kKvBlockSize positions; 0: n_seq * kv_blocks_for(n_ctx)
   backend::KvType kv_type = backend::KvType::F16;  // 2 bytes a value, or 34 per 32 for Q8_0
+  // The layers on this GPU ({0, 0}: all): a stage of a model split over
+  // devices holds those layers' weights and K/V, the token embedding where
+  // it begins at layer 0, the output norm and head where it ends at the last.
+  backend::LayerRange layers{};
   // The pool's blocks, kv_blocks or its default.
   int kv_pool_blocks() const;
 };

@@ -50,6 +50,12 @@ uint64_t PipelineBackend::memory_bytes() const {
   return bytes;
 }
 
+uint64_t PipelineBackend::gpu_memory_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& s : stages_) bytes += s->gpu_memory_bytes();
+  return bytes;
+}
+
 int PipelineBackend::n_kv_blocks() const {
   int n = stages_.front()->n_kv_blocks();
   for (const auto& s : stages_) n = std::min(n, s->n_kv_blocks());

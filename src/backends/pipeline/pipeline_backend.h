@@ -23,7 +23,7 @@ class PipelineBackend : public Backend {
   // the context, the sequences, the vocabulary and the hidden width.
   PipelineBackend(std::vector<std::unique_ptr<Backend>> stages, int n_layer);
 
-  // "CUDA:0 (layers 0-19) + CPU (layers 20-31)"
+  // "CUDA (layers 0-19) + CPU (layers 20-31)"
   std::string name() const override;
   int n_ctx() const override { return stages_.front()->n_ctx(); }
   int n_seq_max() const override { return stages_.front()->n_seq_max(); }
@@ -31,6 +31,7 @@ class PipelineBackend : public Backend {
   int n_embd() const override { return stages_.back()->n_embd(); }
   // Every stage's memory together.
   uint64_t memory_bytes() const override;
+  uint64_t gpu_memory_bytes() const override;
 
   // The blocks every stage has (block ids below it are valid in all).
   int n_kv_blocks() const override;
