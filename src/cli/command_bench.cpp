@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "engine/backend_factory.h"
@@ -29,6 +30,8 @@ struct BenchOptions {
   bool cpu = false;
   int gpu = -1;
   int gpu_layers = -1;
+  std::vector<int> gpus;
+  std::vector<double> tensor_split;
   std::string vram;
 };
 
@@ -64,6 +67,8 @@ int run_bench(const BenchOptions& o) {
   bo.force_cpu = o.cpu;
   bo.gpu = o.gpu;
   bo.gpu_layers = o.gpu_layers;
+  bo.gpus = o.gpus;
+  bo.tensor_split = o.tensor_split;
   if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
   bo.kv_type = engine::kv_type_from_name(o.kv_type);
   auto backend = engine::make_backend(*model, bo);
@@ -118,6 +123,8 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: every core)");
   cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
   cmd->add_option("--gpu", opts->gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
+  cmd->add_option("--gpus", opts->gpus, "GPUs a model that does not fit one may be split over, in order, e.g. 0,1 (default: every GPU, --gpu's first)")->delimiter(',');
+  cmd->add_option("--tensor-split", opts->tensor_split, "Split the layers over the GPUs of --gpus in these proportions, e.g. 3,1")->delimiter(',');
   cmd->add_option("--gpu-layers,--ngl", opts->gpu_layers, "Layers on the GPU: the last N and the output head there, the rest on the CPU (default: all when the model fits, else as many as fit)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--vram", opts->vram, "Cap the GPU memory budget, e.g. 24G to plan as on a Tesla M40");
   cmd->callback([opts] { set_command_action([opts] { return run_bench(*opts); }); });

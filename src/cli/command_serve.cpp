@@ -179,6 +179,8 @@ void register_serve_command(CLI::App& app) {
                   "$M40_LLM_KEEP_ALIVE also works; default 5m");
   cmd->add_flag("--cpu", so.force_cpu, "Use the CPU backend even when a GPU is present");
   cmd->add_option("--gpu", so.gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
+  cmd->add_option("--gpus", so.gpus, "GPUs a model that does not fit one may be split over, in order, e.g. 0,1 (default: every GPU, --gpu's first)")->delimiter(',');
+  cmd->add_option("--tensor-split", so.tensor_split, "Split the layers over the GPUs of --gpus in these proportions, e.g. 3,1")->delimiter(',');
   cmd->add_option("--gpu-layers,--ngl", so.gpu_layers, "Layers on the GPU: the last N and the output head there, the rest on the CPU (default: all when the model fits, else as many as fit)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--vram", opts->vram, "Cap the GPU memory a model may use, e.g. 24G to plan as on a Tesla M40");
   cmd->add_flag("--allow-paths", so.allow_paths,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <vector>
 
 #include <cstdlib>
 
@@ -137,38 +138,80 @@ std::unique_ptr<cpu::CpuBackend> make_cpu_backend(const model::LoadedModel& mode
 }
 
 #ifdef M40_HAVE_CUDA
-// The first layers on the CPU, the last ones (options.gpu_layers, or as
-// many as fit `gpu_bytes_available`) and the output head on the GPU. The
-// context and the KV pool are sized by the CPU's budget, which holds most
-// of the model; the GPU's stage must fit its own.
-std::unique_ptr<backend::Backend> make_offloaded_backend(const model::LoadedModel& model, const BackendOptions& options,
-                                                         cuda::CudaBackendOptions cuda_options, uint64_t gpu_bytes_available) {
+// The GPUs a model may use: --gpus, else --gpu (or $M40_LLM_DEVICE) alone,
+// else every GPU with that first one leading the list.
+std::vector<int> chosen_gpus(const BackendOptions& options) {
+  const int count = cuda::device_count();
+  std::vector<int> gpus = options.gpus;
+  if (gpus.empty()) {
+    const int first = chosen_gpu(options.gpu);
+    const bool one = options.gpu >= 0 || std::getenv("M40_LLM_DEVICE") != nullptr;
+    gpus.push_back(first);
+    for (int d = 0; d < count && !one; ++d) {
+      if (d != first) gpus.push_back(d);
+    }
+  } else if (options.gpu >= 0) {
+    throw Error("--gpu picks one GPU and --gpus a list: give one of them");
+  }
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (gpus[i] < 0 || gpus[i] >= count) {
+      throw Error("GPU " + std::to_string(gpus[i]) + " does not exist (found " + std::to_string(count) + ")");
+    }
+    if (std::find(gpus.begin(), gpus.begin() + static_cast<std::ptrdiff_t>(i), gpus[i]) != gpus.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw Error("GPU " + std::to_string(gpus[i]) + " is listed twice in --gpus");
+    }
+  }
+  if (!options.tensor_split.empty() && options.tensor_split.size() != gpus.size()) {
+    throw Error("--tensor-split gives " + std::to_string(options.tensor_split.size()) + " shares for " +
+                std::to_string(gpus.size()) + " GPUs");
+  }
+  return gpus;
+}
+
+uint64_t gpu_budget(const BackendOptions& options, int device) {
+  const uint64_t free = cuda::device_info(device).free_memory_bytes;
+  return options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, free) : free;
+}
+
+// A model split over the GPUs and the CPU (layer_placement.h). The context
+// and the KV pool are sized by all their memory together; each GPU's stage
+// must fit its own budget.
+std::unique_ptr<backend::Backend> make_split_backend(const model::LoadedModel& model, const BackendOptions& options,
+                                                     const std::vector<int>& gpus) {
   const int n_layer = static_cast<int>(model.hparams.n_layer);
-  const MemoryBudget budget = cpu_budget(model, options);
+  MemoryBudget budget = cpu_budget(model, options);
+  std::vector<uint64_t> available;
+  for (int d : gpus) {
+    available.push_back(gpu_budget(options, d));
+    budget.available += available.back();
+  }
   const int n_ctx = choose_context_size(static_cast<int>(model.hparams.n_ctx_train), options.n_ctx, budget);
   const int kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);
+  cuda::CudaBackendOptions cuda_options;
   cuda_options.n_ctx = n_ctx;
+  cuda_options.n_seq = options.n_seq;
   cuda_options.kv_blocks = kv_blocks;
-  int gpu_layers = options.gpu_layers;
-  if (gpu_layers < 0) {
-    gpu_layers = gpu_layers_that_fit(
-        n_layer,
-        [&](int g) {
-          const cuda::PlanShape shape{n_ctx,     options.n_seq,        cuda_options.max_batch, 32,
-                                      kv_blocks, options.kv_type, backend::LayerRange{n_layer - g, n_layer}};
-          return cuda::plan_memory(model.hparams, model.weights, shape).total();
-        },
-        gpu_bytes_available);
-    std::fprintf(stderr, "note: the model does not fit GPU %d with a context of %d: %s\n", cuda_options.device, n_ctx,
-                 describe_offload(n_layer, gpu_layers, cuda_options.device).c_str());
-    if (gpu_layers == 0) return make_cpu_backend(model, options, n_ctx, kv_blocks, {});
+  cuda_options.kv_type = options.kv_type;
+  cuda_options.vram_budget = options.vram_budget;
+  const auto stages = place_layers(n_layer, options.gpu_layers, available, options.tensor_split,
+                                   [&](int, backend::LayerRange layers) {
+                                     const cuda::PlanShape shape{n_ctx,     options.n_seq,   cuda_options.max_batch, 32,
+                                                                 kv_blocks, options.kv_type, layers};
+                                     return cuda::plan_memory(model.hparams, model.weights, shape).total();
+                                   });
+  std::fprintf(stderr, "note: with a context of %d: %s\n", n_ctx, describe_placement(stages, n_layer, gpus).c_str());
+  std::vector<std::unique_ptr<backend::Backend>> backends;
+  for (const PlacedStage& s : stages) {
+    if (s.gpu < 0) {
+      backends.push_back(make_cpu_backend(model, options, n_ctx, kv_blocks, s.layers));
+    } else {
+      cuda_options.device = gpus[static_cast<size_t>(s.gpu)];
+      cuda_options.layers = s.layers;
+      backends.push_back(std::make_unique<cuda::CudaBackend>(model.hparams, model.weights, cuda_options));
+    }
   }
-  const int first_gpu_layer = n_layer - gpu_layers;
-  std::vector<std::unique_ptr<backend::Backend>> stages;
-  stages.push_back(make_cpu_backend(model, options, n_ctx, kv_blocks, {0, first_gpu_layer}));
-  cuda_options.layers = {first_gpu_layer, n_layer};
-  stages.push_back(std::make_unique<cuda::CudaBackend>(model.hparams, model.weights, cuda_options));
-  return std::make_unique<backend::PipelineBackend>(std::move(stages), n_layer);
+  if (backends.size() == 1) return std::move(backends.front());  // one stage: the whole model there
+  return std::make_unique<backend::PipelineBackend>(std::move(backends), n_layer);
 }
 #endif
 
@@ -184,37 +227,45 @@ std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, 
     if (options.kv_type == backend::KvType::F32) {
       throw Error("the CUDA backend keeps its KV cache in FP16 or Q8_0: use --cpu for f32");
     }
-    cuda::CudaBackendOptions cuda_options;
-    cuda_options.device = chosen_gpu(options.gpu);
-    cuda_options.n_seq = options.n_seq;
-    // The GPU's budget: the memory plan without any context, and what one
-    // position adds to it.
-    const cuda::DeviceInfo info = cuda::device_info(cuda_options.device);
-    MemoryBudget budget;
-    budget.available = options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, info.free_memory_bytes)
-                                               : info.free_memory_bytes;
-    cuda_options.kv_type = options.kv_type;
-    cuda::PlanShape shape{0, options.n_seq, cuda_options.max_batch, 32, 0, options.kv_type};
-    budget.fixed = cuda::plan_memory(model.hparams, model.weights, shape).total();
-    budget.per_position = kv_bytes_per_position(model.hparams, options.kv_type);
-    const int n_ctx = resolve_context_size(model, options.n_ctx, budget);
-    cuda_options.n_ctx = n_ctx;
-    cuda_options.kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);
-    cuda_options.n_seq = options.n_seq;
-    cuda_options.vram_budget = options.vram_budget;
+    const std::vector<int> gpus = chosen_gpus(options);
     const int n_layer = static_cast<int>(model.hparams.n_layer);
-    shape.n_ctx = n_ctx;
-    shape.kv_blocks = cuda_options.kv_blocks;
-    const bool whole = options.gpu_layers >= n_layer ||
-                       (options.gpu_layers < 0 &&
-                        cuda::plan_memory(model.hparams, model.weights, shape).total() <= budget.available);
-    if (whole) return std::make_unique<cuda::CudaBackend>(model.hparams, model.weights, cuda_options);
-    return make_offloaded_backend(model, options, cuda_options, budget.available);
+    const bool asked_to_split = !options.tensor_split.empty() || (options.gpu_layers >= 0 && options.gpu_layers < n_layer);
+    if (!asked_to_split) {
+      // The first GPU alone when the model fits it.
+      cuda::CudaBackendOptions cuda_options;
+      cuda_options.device = gpus.front();
+      cuda_options.n_seq = options.n_seq;
+      cuda_options.kv_type = options.kv_type;
+      cuda_options.vram_budget = options.vram_budget;
+      // The GPU's budget: the memory plan without any context, and what one
+      // position adds to it.
+      MemoryBudget budget;
+      budget.available = gpu_budget(options, cuda_options.device);
+      cuda::PlanShape shape{0, options.n_seq, cuda_options.max_batch, 32, 0, options.kv_type};
+      budget.fixed = cuda::plan_memory(model.hparams, model.weights, shape).total();
+      budget.per_position = kv_bytes_per_position(model.hparams, options.kv_type);
+      const int n_ctx = resolve_context_size(model, options.n_ctx, budget);
+      cuda_options.n_ctx = n_ctx;
+      cuda_options.kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);
+      shape.n_ctx = n_ctx;
+      shape.kv_blocks = cuda_options.kv_blocks;
+      // All layers asked for on one GPU: its plan says whether they fit.
+      const bool fits = cuda::plan_memory(model.hparams, model.weights, shape).total() <= budget.available;
+      if (fits || (options.gpu_layers >= n_layer && gpus.size() == 1)) {
+        return std::make_unique<cuda::CudaBackend>(model.hparams, model.weights, cuda_options);
+      }
+      std::fprintf(stderr, "note: the model does not fit GPU %d: it is split\n", gpus.front());
+    }
+    return make_split_backend(model, options, gpus);
   }
 #endif
   if (options.gpu >= 0 && !options.force_cpu && options.gpu_layers != 0) throw Error("--gpu was given but no CUDA GPU is available (or this build has no CUDA backend)");
-  if (options.gpu_layers > 0) {
-    throw Error("--gpu-layers was given but no CUDA GPU is available (or this build has no CUDA backend)");
+  if (!options.force_cpu && options.gpu_layers != 0) {
+    const char* asked = options.gpu_layers > 0 ? "--gpu-layers" : !options.gpus.empty() ? "--gpus"
+                        : !options.tensor_split.empty() ? "--tensor-split" : nullptr;
+    if (asked != nullptr) {
+      throw Error(std::string(asked) + " was given but no CUDA GPU is available (or this build has no CUDA backend)");
+    }
   }
   const MemoryBudget budget = cpu_budget(model, options);
   const int n_ctx = resolve_context_size(model, options.n_ctx, budget);

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/backend.h"
 #include "engine/context_size.h"
@@ -18,6 +19,14 @@ struct BackendOptions {
   unsigned threads = 0;   // CPU threads, 0: every core
   bool force_cpu = false; // --cpu
   int gpu = -1;           // --gpu N; -1: $M40_LLM_DEVICE, else 0
+  // --gpus: the GPUs a model may be split over, in the chain's order (the
+  // last holds the output head); empty: --gpu (or $M40_LLM_DEVICE) alone
+  // where given, else every GPU, that first one leading. A model that fits
+  // the first GPU runs there alone unless gpu_layers or tensor_split asks.
+  std::vector<int> gpus;
+  // --tensor-split: the GPUs' shares of the layers (one per GPU of gpus);
+  // empty: as many as fit, or in proportion to their memory.
+  std::vector<double> tensor_split;
   uint64_t vram_budget = 0;  // --vram; 0: the GPU's free memory
   // --gpu-layers N: the last N layers and the output head on the GPU, the
   // others on the CPU (layer_placement.h); N at or above the layer count:

@@ -1,34 +1,105 @@
 #include "engine/layer_placement.h"
 
+#include <algorithm>
+#include <numeric>
+
+#include "common/error.h"
+
 namespace m40::engine {
 
-int gpu_layers_that_fit(int n_layer, const std::function<uint64_t(int)>& gpu_bytes, uint64_t available) {
+int layers_that_fit(int max_layers, const std::function<uint64_t(int)>& bytes, uint64_t available) {
   // The plan grows with the layers: the largest count that fits, by halving.
-  int fits = 0, over = n_layer + 1;
+  int fits = 0, over = max_layers + 1;
   while (over - fits > 1) {
-    const int g = fits + (over - fits) / 2;
-    if (gpu_bytes(g) <= available) {
-      fits = g;
+    const int count = fits + (over - fits) / 2;
+    if (bytes(count) <= available) {
+      fits = count;
     } else {
-      over = g;
+      over = count;
     }
   }
   return fits;
 }
 
 namespace {
-std::string layers_text(int first, int last) {
-  return first == last ? "layer " + std::to_string(first) : "layers " + std::to_string(first) + "-" + std::to_string(last);
+
+// The last `gpu_layers` of n_layer layers over the GPUs in proportion to
+// `weights` (largest remainders), each GPU's share after the previous one's.
+std::vector<PlacedStage> divide(int n_layer, int gpu_layers, const std::vector<double>& weights) {
+  for (double w : weights) {
+    if (!(w >= 0.0)) throw Error("a GPU's share of the layers cannot be negative");
+  }
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  if (!(total > 0.0)) throw Error("the split of the layers over the GPUs needs a positive share");
+  std::vector<int> counts(weights.size());
+  std::vector<std::pair<double, size_t>> remainders;
+  int given = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const double exact = gpu_layers * weights[i] / total;
+    counts[i] = static_cast<int>(exact);
+    given += counts[i];
+    remainders.push_back({exact - counts[i], i});
+  }
+  std::stable_sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t r = 0; given < gpu_layers; ++r, ++given) ++counts[remainders[r % remainders.size()].second];
+  std::vector<PlacedStage> stages;
+  int first = n_layer - gpu_layers;
+  if (first > 0) stages.push_back({-1, {0, first}});
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] == 0) continue;
+    stages.push_back({static_cast<int>(i), {first, first + counts[i]}});
+    first += counts[i];
+  }
+  return stages;
+}
+
+}  // namespace
+
+std::vector<PlacedStage> place_layers(int n_layer, int gpu_layers, const std::vector<uint64_t>& available,
+                                      const std::vector<double>& split, const GpuStageBytes& gpu_bytes) {
+  if (n_layer <= 0) throw Error("a model without layers cannot be placed");
+  if (!split.empty() && split.size() != available.size()) {
+    throw Error("the split names " + std::to_string(split.size()) + " shares for " + std::to_string(available.size()) +
+                " GPUs");
+  }
+  if (split.empty() && gpu_layers < 0) {
+    std::vector<PlacedStage> stages;
+    int end = n_layer;
+    for (int gpu = static_cast<int>(available.size()) - 1; gpu >= 0 && end > 0; --gpu) {
+      const int count = layers_that_fit(
+          end, [&](int c) { return gpu_bytes(gpu, backend::LayerRange{end - c, end}); }, available[static_cast<size_t>(gpu)]);
+      if (count == 0) continue;
+      stages.insert(stages.begin(), {gpu, {end - count, end}});
+      end -= count;
+    }
+    if (end > 0) stages.insert(stages.begin(), {-1, {0, end}});
+    return stages;
+  }
+  const int on_gpus = gpu_layers < 0 ? n_layer : std::min(gpu_layers, n_layer);
+  if (on_gpus == 0 || available.empty()) return {{-1, {0, n_layer}}};
+  std::vector<double> weights = split;
+  if (weights.empty()) {
+    for (uint64_t a : available) weights.push_back(static_cast<double>(a));
+  }
+  return divide(n_layer, on_gpus, weights);
+}
+
+namespace {
+std::string layers_text(backend::LayerRange r) {
+  return r.size() == 1 ? "layer " + std::to_string(r.first)
+                       : "layers " + std::to_string(r.first) + "-" + std::to_string(r.end - 1);
 }
 }  // namespace
 
-std::string describe_offload(int n_layer, int gpu_layers, int gpu) {
-  const std::string on_gpu = " on GPU " + std::to_string(gpu);
-  if (gpu_layers <= 0) return "every layer on the CPU";
-  if (gpu_layers >= n_layer) return "every layer" + on_gpu;
-  const int first_gpu = n_layer - gpu_layers;
-  return layers_text(0, first_gpu - 1) + " on the CPU, " + layers_text(first_gpu, n_layer - 1) + " and the output head" +
-         on_gpu;
+std::string describe_placement(const std::vector<PlacedStage>& stages, int n_layer, const std::vector<int>& devices) {
+  std::string out;
+  for (const PlacedStage& s : stages) {
+    if (!out.empty()) out += ", ";
+    out += layers_text(s.layers);
+    if (s.layers.end == n_layer) out += " and the output head";
+    out += s.gpu < 0 ? " on the CPU" : " on GPU " + std::to_string(devices.at(static_cast<size_t>(s.gpu)));
+  }
+  return out;
 }
 
 }  // namespace m40::engine

@@ -1,22 +1,49 @@
-// Where a model's layers run when the GPU cannot hold them all (llama.cpp's
-// -ngl, Ollama's num_gpu): the last gpu_layers layers and the output head
-// on the GPU, the first ones on the CPU, which reads them from the file's
-// mapping (backends/pipeline: a CPU stage, then a CUDA stage).
+// Where a model's layers run when one GPU cannot hold them all (llama.cpp's
+// -ngl and --tensor-split, Ollama's spreading over GPUs): a chain of stages
+// (backends/pipeline), the first layers on the CPU where the GPUs cannot
+// hold every layer, then the GPUs in their list's order, the last of them
+// holding the last layer and the output head.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
+
+#include "backends/backend.h"
 
 namespace m40::engine {
 
-// The most of a model's last layers, at most n_layer, whose GPU memory
-// `gpu_bytes(g)` (what a stage of the last g layers needs; it grows with g)
-// fits in `available`; 0 when not even one layer does.
-int gpu_layers_that_fit(int n_layer, const std::function<uint64_t(int)>& gpu_bytes, uint64_t available);
+// The most layers, at most max_layers, whose memory `bytes(count)` (growing
+// with the count) fits in `available`; 0 when not even one does.
+int layers_that_fit(int max_layers, const std::function<uint64_t(int)>& bytes, uint64_t available);
+
+// One stage: the GPU of the list it runs on (its index there; -1: the CPU)
+// and its layers.
+struct PlacedStage {
+  int gpu = -1;
+  backend::LayerRange layers;
+  bool operator==(const PlacedStage&) const = default;
+};
+
+// What GPU `gpu` (an index into the list) needs for a stage of `layers`.
+using GpuStageBytes = std::function<uint64_t(int gpu, backend::LayerRange layers)>;
+
+// Where the n_layer layers run over the GPUs whose budgets `available`
+// lists and the CPU:
+//  - `split` empty and gpu_layers < 0: as many layers as fit, filled from
+//    the last GPU of the list backwards (each takes the longest run of the
+//    remaining last layers its budget holds), the rest on the CPU;
+//  - else the last gpu_layers layers (all where gpu_layers < 0 or above
+//    n_layer) divided over the GPUs in the proportions of `split` (default:
+//    their budgets), the first ones on the CPU; these stages are not
+//    checked against the budgets (each GPU's plan says whether it fits).
+// Stages come in layer order; a GPU with no layers gets no stage.
+std::vector<PlacedStage> place_layers(int n_layer, int gpu_layers, const std::vector<uint64_t>& available,
+                                      const std::vector<double>& split, const GpuStageBytes& gpu_bytes);
 
 // What runs where, for a message: "layers 0-9 on the CPU, layers 10-31 and
-// the output head on GPU 0".
-std::string describe_offload(int n_layer, int gpu_layers, int gpu);
+// the output head on GPU 1", naming each GPU by `devices`[its index].
+std::string describe_placement(const std::vector<PlacedStage>& stages, int n_layer, const std::vector<int>& devices);
 
 }  // namespace m40::engine

@@ -225,6 +225,8 @@ void ModelManager::start_model(ResidentModel& m, const ModelTarget& target) cons
   bo.force_cpu = options_.force_cpu;
   bo.gpu = options_.gpu;
   bo.gpu_layers = options_.gpu_layers;
+  bo.gpus = options_.gpus;
+  bo.tensor_split = options_.tensor_split;
   bo.vram_budget = options_.vram_budget;
   bo.kv_pool_bytes = options_.kv_pool_bytes;
   bo.kv_pool_fraction = options_.kv_pool_fraction;

@@ -23,6 +23,8 @@ struct ServerOptions {
   bool force_cpu = false;
   int gpu = -1;              // GPU index; -1: $M40_LLM_DEVICE, else 0
   int gpu_layers = -1;       // layers on the GPU (engine::BackendOptions::gpu_layers); -1: all that fit
+  std::vector<int> gpus;             // engine::BackendOptions::gpus
+  std::vector<double> tensor_split;  // engine::BackendOptions::tensor_split
   uint64_t vram_budget = 0;  // bytes of GPU memory a model may plan for; 0: the GPU's free memory
   // The paged KV pool the requests share (engine::BackendOptions): bytes, or
   // a fraction of the memory left after the weights; both 0: the default.

@@ -1,10 +1,12 @@
-// The CPU offload's choices (engine/layer_placement.h, make_backend's
-// gpu_layers): the most layers whose GPU plan fits, the message that says
-// where they run, and the refusals of --gpu-layers without a GPU or beside
-// --cpu.
+// Where a split model's layers run (engine/layer_placement.h): the most
+// layers whose plan fits, filled from the last GPU back and the rest on the
+// CPU, or the asked layers divided in proportion; the message that says
+// where they run; make_backend's refusals of the GPU options without a GPU
+// or beside --cpu.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -17,18 +19,30 @@
 namespace m40 {
 namespace {
 
-using engine::gpu_layers_that_fit;
+using backend::LayerRange;
+using engine::layers_that_fit;
+using engine::PlacedStage;
+using engine::place_layers;
+
+}  // namespace
+namespace engine {
+void PrintTo(const PlacedStage& s, std::ostream* os) {
+  *os << (s.gpu < 0 ? std::string("CPU") : "GPU#" + std::to_string(s.gpu)) << " [" << s.layers.first << ", " << s.layers.end
+      << ")";
+}
+}  // namespace engine
+namespace {
 
 TEST(LayerPlacement, TakesTheMostLayersThatFit) {
   // 1 GB for the head and scratch, 100 MB a layer.
   const auto plan = [](int g) { return 1000ull + 100ull * static_cast<uint64_t>(g); };
-  EXPECT_EQ(gpu_layers_that_fit(32, plan, 4200), 32);
-  EXPECT_EQ(gpu_layers_that_fit(32, plan, 1000 + 100 * 32), 32) << "exactly full";
-  EXPECT_EQ(gpu_layers_that_fit(32, plan, 1000 + 100 * 32 - 1), 31);
-  EXPECT_EQ(gpu_layers_that_fit(32, plan, 2599), 15);
-  EXPECT_EQ(gpu_layers_that_fit(32, plan, 1100), 1);
-  EXPECT_EQ(gpu_layers_that_fit(32, plan, 1099), 0) << "not one layer";
-  EXPECT_EQ(gpu_layers_that_fit(1, plan, 5000), 1);
+  EXPECT_EQ(layers_that_fit(32, plan, 4200), 32);
+  EXPECT_EQ(layers_that_fit(32, plan, 1000 + 100 * 32), 32) << "exactly full";
+  EXPECT_EQ(layers_that_fit(32, plan, 1000 + 100 * 32 - 1), 31);
+  EXPECT_EQ(layers_that_fit(32, plan, 2599), 15);
+  EXPECT_EQ(layers_that_fit(32, plan, 1100), 1);
+  EXPECT_EQ(layers_that_fit(32, plan, 1099), 0) << "not one layer";
+  EXPECT_EQ(layers_that_fit(1, plan, 5000), 1);
 }
 
 TEST(LayerPlacement, AsksOnlyForCountsItCanUse) {
@@ -37,7 +51,7 @@ TEST(LayerPlacement, AsksOnlyForCountsItCanUse) {
     asked.push_back(g);
     return static_cast<uint64_t>(g);
   };
-  EXPECT_EQ(gpu_layers_that_fit(80, plan, 57), 57);
+  EXPECT_EQ(layers_that_fit(80, plan, 57), 57);
   for (int g : asked) {
     EXPECT_GE(g, 1);
     EXPECT_LE(g, 80);
@@ -45,12 +59,65 @@ TEST(LayerPlacement, AsksOnlyForCountsItCanUse) {
   EXPECT_LE(asked.size(), 8u) << "halving, not one plan per count";
 }
 
+// A stage's bytes: 50 a layer, 200 more for the output head, 30 for the
+// token embedding, 100 of scratch and reserve.
+uint64_t stage_bytes(int, LayerRange r, int n_layer) {
+  return 100 + 50ull * static_cast<uint64_t>(r.size()) + (r.end == n_layer ? 200 : 0) + (r.first == 0 ? 30 : 0);
+}
+
+TEST(LayerPlacement, FillsTheLastGpuFirstAndLeavesTheRestToTheCpu) {
+  const auto bytes = [](int gpu, LayerRange r) { return stage_bytes(gpu, r, 32); };
+  // One GPU of 1,000: head + scratch 300, then 14 layers.
+  EXPECT_EQ(place_layers(32, -1, {1000}, {}, bytes),
+            (std::vector<PlacedStage>{{-1, {0, 18}}, {0, {18, 32}}}));
+  // Two: the second holds the head and 14 layers, the first 18 layers (with
+  // the embedding: 100 + 900 + 30 = 1,030 > 1,000: 17).
+  EXPECT_EQ(place_layers(32, -1, {1000, 1000}, {}, bytes),
+            (std::vector<PlacedStage>{{-1, {0, 1}}, {0, {1, 18}}, {1, {18, 32}}}));
+  // Room for everything: no CPU stage. The last GPU holds 24 layers and the
+  // head (100 + 200 + 1,200), the first the other 8 and the embedding.
+  EXPECT_EQ(place_layers(32, -1, {5000, 1500}, {}, bytes),
+            (std::vector<PlacedStage>{{0, {0, 8}}, {1, {8, 32}}}));
+  // One GPU that holds the whole model takes it all.
+  EXPECT_EQ(place_layers(32, -1, {5000, 2000}, {}, bytes), (std::vector<PlacedStage>{{1, {0, 32}}}));
+  // The last GPU cannot hold the head with a layer: the one before does.
+  EXPECT_EQ(place_layers(32, -1, {1000, 340}, {}, bytes),
+            (std::vector<PlacedStage>{{-1, {0, 18}}, {0, {18, 32}}}));
+  // No GPU holds a layer: all on the CPU.
+  EXPECT_EQ(place_layers(32, -1, {200}, {}, bytes), (std::vector<PlacedStage>{{-1, {0, 32}}}));
+}
+
+TEST(LayerPlacement, DividesAskedLayersInProportion) {
+  const auto never = [](int, LayerRange) -> uint64_t {
+    ADD_FAILURE() << "a division is not checked against the budgets";
+    return 0;
+  };
+  // --tensor-split 3,1 over all 32 layers.
+  EXPECT_EQ(place_layers(32, -1, {10, 10}, {3, 1}, never), (std::vector<PlacedStage>{{0, {0, 24}}, {1, {24, 32}}}));
+  // --gpu-layers 20: in proportion to the budgets (2:1:1), the rest on the CPU.
+  EXPECT_EQ(place_layers(32, 20, {2000, 1000, 1000}, {}, never),
+            (std::vector<PlacedStage>{{-1, {0, 12}}, {0, {12, 22}}, {1, {22, 27}}, {2, {27, 32}}}));
+  // Largest remainders: 10 layers as 1:1:1 -> 4, 3, 3.
+  EXPECT_EQ(place_layers(10, -1, {1, 1, 1}, {1, 1, 1}, never),
+            (std::vector<PlacedStage>{{0, {0, 4}}, {1, {4, 7}}, {2, {7, 10}}}));
+  // A GPU whose share rounds to nothing gets no stage.
+  EXPECT_EQ(place_layers(4, -1, {1, 1}, {10, 1}, never), (std::vector<PlacedStage>{{0, {0, 4}}}));
+  // --gpu-layers above the layer count: all of them.
+  EXPECT_EQ(place_layers(4, 99, {1}, {}, never), (std::vector<PlacedStage>{{0, {0, 4}}}));
+}
+
+TEST(LayerPlacement, RefusesSplitsThatSayNothing) {
+  const auto bytes = [](int, LayerRange) -> uint64_t { return 0; };
+  EXPECT_THROW(place_layers(32, -1, {1, 1}, {0, 0}, bytes), Error);
+  EXPECT_THROW(place_layers(32, -1, {1, 1}, {1, -1}, bytes), Error);
+  EXPECT_THROW(place_layers(32, -1, {1, 1}, {1, 1, 1}, bytes), Error);
+}
+
 TEST(LayerPlacement, SaysWhereTheLayersRun) {
-  EXPECT_EQ(engine::describe_offload(32, 22, 0), "layers 0-9 on the CPU, layers 10-31 and the output head on GPU 0");
-  EXPECT_EQ(engine::describe_offload(32, 31, 1), "layer 0 on the CPU, layers 1-31 and the output head on GPU 1");
-  EXPECT_EQ(engine::describe_offload(32, 1, 0), "layers 0-30 on the CPU, layer 31 and the output head on GPU 0");
-  EXPECT_EQ(engine::describe_offload(32, 0, 0), "every layer on the CPU");
-  EXPECT_EQ(engine::describe_offload(32, 40, 0), "every layer on GPU 0");
+  const std::vector<int> devices = {2, 0};
+  EXPECT_EQ(engine::describe_placement({{-1, {0, 10}}, {0, {10, 31}}, {1, {31, 32}}}, 32, devices),
+            "layers 0-9 on the CPU, layers 10-30 on GPU 2, layer 31 and the output head on GPU 0");
+  EXPECT_EQ(engine::describe_placement({{-1, {0, 32}}}, 32, devices), "layers 0-31 and the output head on the CPU");
 }
 
 std::string make_backend_error(const engine::BackendOptions& options) {
@@ -75,14 +142,22 @@ TEST(LayerPlacement, GpuLayersBesideCpuIsRefused) {
   EXPECT_EQ(make_backend_error(o), "") << "--gpu-layers 0 is the CPU";
 }
 
-TEST(LayerPlacement, GpuLayersWithoutAGpuIsRefused) {
+TEST(LayerPlacement, GpuOptionsWithoutAGpuAreRefused) {
   if (!std::filesystem::exists(test::shared_model("TinyStories-656K-Q8_0.gguf"))) GTEST_SKIP() << "shared models not found";
   if (engine::gpu_available()) GTEST_SKIP() << "a GPU is present";
   engine::BackendOptions o;
   o.n_ctx = 64;
   o.gpu_layers = 1;
   EXPECT_NE(make_backend_error(o).find("--gpu-layers was given but no CUDA GPU is available"), std::string::npos);
+  o.gpu_layers = -1;
+  o.gpus = {0, 1};
+  EXPECT_NE(make_backend_error(o).find("--gpus was given but no CUDA GPU is available"), std::string::npos);
+  o.gpus.clear();
+  o.tensor_split = {3, 1};
+  EXPECT_NE(make_backend_error(o).find("--tensor-split was given but no CUDA GPU is available"), std::string::npos);
   o.gpu_layers = 0;
+  EXPECT_EQ(make_backend_error(o), "") << "--gpu-layers 0: the CPU, whatever the split";
+  o.tensor_split.clear();
   EXPECT_EQ(make_backend_error(o), "");
 }
 

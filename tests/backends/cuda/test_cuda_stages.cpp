@@ -199,7 +199,10 @@ TEST(CudaOffload, MakeBackendSplitsWhereAskedOrWhereTheBudgetEnds) {
   auto budgeted = engine::make_backend(*model, o);
   EXPECT_EQ(budgeted->name(), "CPU (layers 0-1) + CUDA (layers 2-2)");
 
-  auto reference = engine::make_backend(*model, engine::BackendOptions{.n_ctx = 64, .force_cpu = true});
+  engine::BackendOptions on_cpu;
+  on_cpu.n_ctx = 64;
+  on_cpu.force_cpu = true;
+  auto reference = engine::make_backend(*model, on_cpu);
   backend::Batch batch;
   for (int p = 0; p < 9; ++p) batch.add(static_cast<int32_t>(3 + 11 * p), p, 0, true);
   const size_t n_vocab = model->hparams.n_vocab;
@@ -213,6 +216,44 @@ TEST(CudaOffload, MakeBackendSplitsWhereAskedOrWhereTheBudgetEnds) {
                       std::isnan(got2[i]) ? INFINITY : std::abs(got2[i] - want[i])});
   }
   EXPECT_LE(worst, tolerance_for("arch/"));
+}
+
+// --gpus 0,1 --tensor-split 1,1: the layers over two GPUs (2 and 1 of
+// granite's 3), answering as the CPU does. Needs two GPUs.
+TEST(CudaOffload, TwoGpusSplitTheLayers) {
+  if (cuda::device_count() < 2) GTEST_SKIP() << "fewer than two CUDA GPUs";
+  const auto path = test::shared_model("arch/tiny-granite-F32.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared models not found";
+  const auto model = model::LoadedModel::open(path.string());
+  engine::BackendOptions o;
+  o.n_ctx = 64;
+  o.n_seq = 2;
+  o.gpus = {0, 1};
+  o.tensor_split = {1, 1};
+  auto split = engine::make_backend(*model, o);
+  EXPECT_EQ(split->name(), "CUDA (layers 0-1) + CUDA (layers 2-2)");
+  engine::BackendOptions on_cpu;
+  on_cpu.n_ctx = 64;
+  on_cpu.n_seq = 2;
+  on_cpu.force_cpu = true;
+  auto reference = engine::make_backend(*model, on_cpu);
+  const size_t n_vocab = model->hparams.n_vocab;
+  for (int step = 0; step < 5; ++step) {  // a prompt of both sequences, then decode steps (the graphs)
+    backend::Batch batch;
+    if (step == 0) {
+      for (int p = 0; p < 4; ++p) batch.add(static_cast<int32_t>(5 + 13 * p), p, 0, true);
+      for (int p = 0; p < 3; ++p) batch.add(static_cast<int32_t>(7 + 17 * p), p, 1, true);
+    } else {
+      batch.add(static_cast<int32_t>(40 + step), 3 + step, 0, true);
+      batch.add(static_cast<int32_t>(90 + step), 2 + step, 1, true);
+    }
+    std::vector<float> want(batch.logits_count() * n_vocab), got(batch.logits_count() * n_vocab, NAN);
+    reference->forward(batch, want);
+    split->forward(batch, got);
+    float worst = 0.0f;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::isnan(got[i]) ? INFINITY : std::abs(got[i] - want[i]));
+    EXPECT_LE(worst, tolerance_for("arch/")) << "step " << step;
+  }
 }
 
 }  // namespace
