@@ -12,6 +12,7 @@
 #include "backends/pipeline/pipeline_backend.h"
 #include "common/error.h"
 #include "engine/layer_placement.h"
+#include "model/decode_reads.h"
 #ifdef M40_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device.h"
@@ -200,6 +201,14 @@ std::unique_ptr<backend::Backend> make_split_backend(const model::LoadedModel& m
                                      return cuda::plan_memory(model.hparams, model.weights, shape).total();
                                    });
   std::fprintf(stderr, "note: with a context of %d: %s\n", n_ctx, describe_placement(stages, n_layer, gpus).c_str());
+  std::vector<uint64_t> reads;
+  for (const PlacedStage& s : stages) {
+    const model::DecodeScope scope{s.layers.first, s.layers.end, s.layers.first == 0, s.layers.end == n_layer};
+    reads.push_back(model::decode_bytes_per_token(model.file, model.hparams.n_expert, model.hparams.n_expert_used, scope));
+  }
+  std::vector<double> bandwidth;
+  for (int d : gpus) bandwidth.push_back(cuda::device_info(d).peak_memory_bandwidth_gb_per_s());
+  std::fprintf(stderr, "note: %s\n", describe_decode_reads(stages, reads, bandwidth, gpus).c_str());
   std::vector<std::unique_ptr<backend::Backend>> backends;
   for (const PlacedStage& s : stages) {
     if (s.gpu < 0) {

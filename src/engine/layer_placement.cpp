@@ -1,9 +1,11 @@
 #include "engine/layer_placement.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 #include "common/error.h"
+#include "model/model_summary.h"
 
 namespace m40::engine {
 
@@ -98,6 +100,41 @@ std::string describe_placement(const std::vector<PlacedStage>& stages, int n_lay
     out += layers_text(s.layers);
     if (s.layers.end == n_layer) out += " and the output head";
     out += s.gpu < 0 ? " on the CPU" : " on GPU " + std::to_string(devices.at(static_cast<size_t>(s.gpu)));
+  }
+  return out;
+}
+
+std::string describe_decode_reads(const std::vector<PlacedStage>& stages, const std::vector<uint64_t>& bytes,
+                                  const std::vector<double>& gpu_gb_per_s, const std::vector<int>& devices) {
+  std::string out = "a decode token reads ";
+  double gpu_seconds = 0.0;
+  bool cpu_part = false, bandwidth_known = true;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    if (i > 0) out += i + 1 == stages.size() ? " and " : ", ";
+    out += model::format_bytes(bytes.at(i));
+    const int gpu = stages[i].gpu;
+    if (gpu < 0) {
+      out += " on the CPU";
+      cpu_part = true;
+      continue;
+    }
+    out += " on GPU " + std::to_string(devices.at(static_cast<size_t>(gpu)));
+    const double gb_per_s = gpu_gb_per_s.at(static_cast<size_t>(gpu));
+    if (gb_per_s <= 0.0) {
+      bandwidth_known = false;
+      continue;
+    }
+    const double seconds = static_cast<double>(bytes[i]) / (gb_per_s * 1e9);
+    gpu_seconds += seconds;
+    char part[64];
+    std::snprintf(part, sizeof part, " (%.1f ms at %.0f GB/s)", seconds * 1e3, gb_per_s);
+    out += part;
+  }
+  if (bandwidth_known && gpu_seconds > 0.0) {
+    char bound[96];
+    std::snprintf(bound, sizeof bound, ": at most %.0f tokens/s", 1.0 / gpu_seconds);
+    out += bound;
+    if (cpu_part) out += ", less the CPU's part at its memory bandwidth";
   }
   return out;
 }

@@ -46,4 +46,13 @@ std::vector<PlacedStage> place_layers(int n_layer, int gpu_layers, const std::ve
 // the output head on GPU 1", naming each GPU by `devices`[its index].
 std::string describe_placement(const std::vector<PlacedStage>& stages, int n_layer, const std::vector<int>& devices);
 
+// The expected decode speed, for a message: the bytes of weights each stage
+// reads per token (`bytes`, one per stage) and, from each GPU's memory
+// bandwidth (`gpu_gb_per_s`, by the GPU's index; 0 where unknown), the
+// time its part takes and the speed the GPUs' parts allow: "a decode token
+// reads 1.20 GB on the CPU and 3.10 GB on GPU 0 (10.8 ms at 288 GB/s): at
+// most 92 tokens/s, less the CPU's part at its memory bandwidth".
+std::string describe_decode_reads(const std::vector<PlacedStage>& stages, const std::vector<uint64_t>& bytes,
+                                  const std::vector<double>& gpu_gb_per_s, const std::vector<int>& devices);
+
 }  // namespace m40::engine

@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "gguf/file.h"
+#include "model/decode_reads.h"
 #include "model/hparams.h"
 #include "model/weights.h"
 
@@ -336,19 +337,8 @@ ModelSummary summarize(const gguf::File& file) {
   if (!s.vocab_size && token_embd != nullptr && token_embd->dims.size() >= 2) s.vocab_size = token_embd->dims[1];
   if (!file.tensors().empty()) {
     s.output_tied = file.find_tensor("output.weight") == nullptr;
-    const uint64_t experts = s.expert_count.value_or(0), used = s.expert_used_count.value_or(0);
-    uint64_t bytes = 0;
-    for (const auto& t : file.tensors()) {
-      if (t.name == "token_embd.weight" && !*s.output_tied && t.dims.size() >= 2 && t.dims[1] > 0) {
-        bytes += t.byte_size / t.dims[1];  // one row: the token's embedding
-      } else if (experts > 0 && used <= experts && t.dims.size() == 3 && t.dims[2] == experts &&
-                 t.name.ends_with("_exps.weight")) {
-        bytes += t.byte_size / experts * used;
-      } else {
-        bytes += t.byte_size;
-      }
-    }
-    s.decode_bytes_per_token = bytes;
+    s.decode_bytes_per_token =
+        decode_bytes_per_token(file, s.expert_count.value_or(0), s.expert_used_count.value_or(0));
   }
 
   s.tokenizer_model = lenient<std::string>(md, "tokenizer.ggml.model");

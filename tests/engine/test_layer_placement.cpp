@@ -120,6 +120,20 @@ TEST(LayerPlacement, SaysWhereTheLayersRun) {
   EXPECT_EQ(engine::describe_placement({{-1, {0, 32}}}, 32, devices), "layers 0-31 and the output head on the CPU");
 }
 
+TEST(LayerPlacement, SaysWhatADecodeTokenReadsAndTheSpeedItAllows) {
+  const uint64_t gib = 1ull << 30;
+  // 2 GiB on an M40 (288 GB/s): 7.5 ms, at most 134 tokens/s.
+  EXPECT_EQ(engine::describe_decode_reads({{-1, {0, 8}}, {0, {8, 32}}}, {gib / 2, 2 * gib}, {288.0}, {1}),
+            "a decode token reads 512.00 MiB on the CPU and 2.00 GiB on GPU 1 (7.5 ms at 288 GB/s): at most 134 tokens/s, "
+            "less the CPU's part at its memory bandwidth");
+  // Two GPUs, no CPU stage: their times add up (3.7 + 7.5 ms).
+  EXPECT_EQ(engine::describe_decode_reads({{0, {0, 8}}, {1, {8, 32}}}, {gib, 2 * gib}, {288.0, 288.0}, {0, 1}),
+            "a decode token reads 1.00 GiB on GPU 0 (3.7 ms at 288 GB/s) and 2.00 GiB on GPU 1 (7.5 ms at 288 GB/s): at most "
+            "89 tokens/s");
+  // A bandwidth the driver does not give: no speed.
+  EXPECT_EQ(engine::describe_decode_reads({{0, {0, 32}}}, {gib}, {0.0}, {0}), "a decode token reads 1.00 GiB on GPU 0");
+}
+
 std::string make_backend_error(const engine::BackendOptions& options) {
   const auto path = test::shared_model("TinyStories-656K-Q8_0.gguf");
   const auto model = model::LoadedModel::open(path.string());
