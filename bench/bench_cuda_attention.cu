@@ -26,7 +26,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/layer_kernels.h"
 #include "backends/kv_blocks.h"
-#include "quant/fp16.h"
+#include "cuda_bench_common.cuh"
 
 namespace {
 
@@ -35,56 +35,10 @@ using m40::cuda::KvLayer;
 using m40::cuda::detail::AttentionKernel;
 using m40::cuda::detail::AttentionPlan;
 
-__device__ uint32_t hash32(uint64_t i) {
-  uint32_t x = static_cast<uint32_t>(i) * 0x9E3779B1u ^ static_cast<uint32_t>(i >> 32);
-  x ^= x >> 16;
-  x *= 0x85EBCA6Bu;
-  x ^= x >> 13;
-  x *= 0xC2B2AE35u;
-  x ^= x >> 16;
-  return x;
-}
-
-__global__ void fill_halves(uint16_t* dst, int64_t n, uint32_t seed) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float u = static_cast<float>(hash32(static_cast<uint64_t>(i) + seed) >> 8) * (1.0f / 16777216.0f);
-    dst[i] = m40::quant::float_to_half(2.0f * u - 1.0f);
-  }
-}
-
-__global__ void fill_floats(float* dst, int64_t n, uint32_t seed) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    dst[i] = static_cast<float>(hash32(static_cast<uint64_t>(i) + seed) >> 8) * (2.0f / 16777216.0f) - 1.0f;
-  }
-}
-
-template <class T>
-T* device_alloc(size_t count) {
-  T* p = nullptr;
-  M40_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), count * sizeof(T)));
-  return p;
-}
-
-// Milliseconds per call of fn, averaged over `iterations` after two warm-ups.
-template <class Fn>
-double time_ms(int iterations, Fn&& fn) {
-  cudaEvent_t start, stop;
-  M40_CUDA_CHECK(cudaEventCreate(&start));
-  M40_CUDA_CHECK(cudaEventCreate(&stop));
-  fn();
-  fn();
-  M40_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < iterations; ++i) fn();
-  M40_CUDA_CHECK(cudaEventRecord(stop));
-  M40_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  M40_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  M40_CUDA_CHECK(cudaEventDestroy(start));
-  M40_CUDA_CHECK(cudaEventDestroy(stop));
-  return static_cast<double>(ms) / iterations;
-}
+using m40::bench::device_alloc;
+using m40::bench::fill_floats;
+using m40::bench::fill_halves;
+using m40::bench::time_ms;
 
 // The layer of n_ctx positions per sequence over a pool of pool_rows rows of
 // kv_dim: the block tables of sequences 0..n_seq-1 are a shuffled choice of
@@ -113,16 +67,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s (sm_%d%d, %d SMs)\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
 
   // The ceiling: a device-to-device copy of 512 MiB (reads + writes).
-  const size_t copy_bytes = size_t{512} << 20;
-  char* copy_src = device_alloc<char>(copy_bytes);
-  char* copy_dst = device_alloc<char>(copy_bytes);
-  M40_CUDA_CHECK(cudaMemset(copy_src, 1, copy_bytes));
-  const double copy_ms = time_ms(10, [&] {
-    M40_CUDA_CHECK(cudaMemcpyAsync(copy_dst, copy_src, copy_bytes, cudaMemcpyDeviceToDevice));
-  });
-  const double copy_gbs = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e6);
-  M40_CUDA_CHECK(cudaFree(copy_src));
-  M40_CUDA_CHECK(cudaFree(copy_dst));
+  const double copy_gbs = m40::bench::copy_bandwidth_gb_per_s();
   std::printf("copy bandwidth (read + write): %.1f GB/s\n\n", copy_gbs);
 
   const int head_dim = 128;

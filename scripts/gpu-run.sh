@@ -7,10 +7,11 @@
 #
 #   --out DIR     where summary.md and the logs go (created)
 #   --arch N      the CUDA architecture to build for (default: the GPU's own,
-#                 from nvidia-smi). 52 builds the Tesla M40 binary as the
-#                 sm_52 gate does (CUDA 11.8 from /usr/bin, compute_52 PTX
-#                 plus sm_52 code): on a newer GPU it runs through the
-#                 driver's PTX compilation, as the M40 build must.
+#                 from nvidia-smi). 52 builds sm_52 code and compute_52 PTX
+#                 only (CUDA 11.8 from /usr/bin; the sm_52 gate's binary
+#                 without its machine code for newer GPUs): on a newer GPU
+#                 it runs through the driver's PTX compilation, the path
+#                 a GPU newer than sm_90 takes.
 #   --bin DIR     skip the build: DIR holds m40-llm, test_cuda and the
 #                 bench_cuda_* programs built elsewhere (a machine without
 #                 the build dependencies)
@@ -70,7 +71,7 @@ if [ -z "$bin_dir" ]; then
   m40_log "gpu-run: building for sm_$arch in $build_dir"
   if ! { cmake -S "$M40_ROOT" -B "$build_dir" "${common_args[@]}" -DCMAKE_BUILD_TYPE=Release -DM40_CUDA=ON \
       "${cuda_args[@]}" -DM40_BUILD_TESTS=ON -DM40_BUILD_BENCH=ON &&
-    cmake --build "$build_dir" -j "$M40_JOBS" --target m40-llm test_cuda bench_cuda_matmul bench_cuda_attention \
+    cmake --build "$build_dir" -j "$M40_JOBS" --target m40-llm test_cuda bench_cuda_matmul bench_cuda_attention bench_cuda_layers \
       bench_cuda_sampling; } > "$out/build.log" 2>&1; then
     tail -n 30 "$out/build.log"
     m40_die "the build failed (log: $out/build.log)"
@@ -78,7 +79,7 @@ if [ -z "$bin_dir" ]; then
   bin_dir="$out/bin"
   mkdir -p "$bin_dir"
   cp "$(m40_binary "$build_dir")" "$bin_dir/m40-llm"
-  for program in test_cuda bench_cuda_matmul bench_cuda_attention bench_cuda_sampling; do
+  for program in test_cuda bench_cuda_matmul bench_cuda_attention bench_cuda_layers bench_cuda_sampling; do
     cp "$(find "$build_dir" -name "$program" -type f -perm -u+x -not -path '*/CMakeFiles/*' | head -n 1)" "$bin_dir/"
   done
 fi
@@ -136,7 +137,7 @@ else
 fi
 
 # --- kernel benchmarks --------------------------------------------------------------
-for program in bench_cuda_matmul bench_cuda_attention bench_cuda_sampling; do
+for program in bench_cuda_matmul bench_cuda_attention bench_cuda_layers bench_cuda_sampling; do
   m40_log "gpu-run: $program"
   "$bin_dir/$program" > "$out/$program.md" 2>&1
   row "$program" "exit $?; see $program.md"

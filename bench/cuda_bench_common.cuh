@@ -1,0 +1,80 @@
+// What the CUDA benchmark programs share: random device data, timing with
+// CUDA events, and the device-to-device copy bandwidth (the practical
+// ceiling the bandwidth-bound kernels are compared with).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "backends/cuda/cuda_check.h"
+#include "quant/fp16.h"
+
+namespace m40::bench {
+
+__device__ inline uint32_t hash32(uint64_t i) {
+  uint32_t x = static_cast<uint32_t>(i) * 0x9E3779B1u ^ static_cast<uint32_t>(i >> 32);
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return x;
+}
+
+// Uniform values in [-1, 1), as FP16 bits or floats.
+__global__ inline void fill_halves(uint16_t* dst, int64_t n, uint32_t seed) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float u = static_cast<float>(hash32(static_cast<uint64_t>(i) + seed) >> 8) * (1.0f / 16777216.0f);
+    dst[i] = m40::quant::float_to_half(2.0f * u - 1.0f);
+  }
+}
+
+__global__ inline void fill_floats(float* dst, int64_t n, uint32_t seed) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = static_cast<float>(hash32(static_cast<uint64_t>(i) + seed) >> 8) * (2.0f / 16777216.0f) - 1.0f;
+  }
+}
+
+template <class T>
+T* device_alloc(size_t count) {
+  T* p = nullptr;
+  M40_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), count * sizeof(T)));
+  return p;
+}
+
+// Milliseconds per call of fn, averaged over `iterations` after two warm-ups.
+template <class Fn>
+double time_ms(int iterations, Fn&& fn) {
+  cudaEvent_t start, stop;
+  M40_CUDA_CHECK(cudaEventCreate(&start));
+  M40_CUDA_CHECK(cudaEventCreate(&stop));
+  fn();
+  fn();
+  M40_CUDA_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < iterations; ++i) fn();
+  M40_CUDA_CHECK(cudaEventRecord(stop));
+  M40_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  M40_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  M40_CUDA_CHECK(cudaEventDestroy(start));
+  M40_CUDA_CHECK(cudaEventDestroy(stop));
+  return static_cast<double>(ms) / iterations;
+}
+
+// GB/s of a 512 MiB device-to-device copy, bytes read plus written.
+inline double copy_bandwidth_gb_per_s() {
+  const size_t bytes = size_t{512} << 20;
+  char* src = device_alloc<char>(bytes);
+  char* dst = device_alloc<char>(bytes);
+  M40_CUDA_CHECK(cudaMemset(src, 1, bytes));
+  const double ms = time_ms(10, [&] { M40_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+  M40_CUDA_CHECK(cudaFree(src));
+  M40_CUDA_CHECK(cudaFree(dst));
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e6);
+}
+
+}  // namespace m40::bench
