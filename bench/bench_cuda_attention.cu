@@ -62,13 +62,8 @@ KvLayer paged_layer(uint16_t* k, uint16_t* v, int32_t* tables, size_t pool_rows,
 
 int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 50;
-  cudaDeviceProp prop{};
-  M40_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s (sm_%d%d, %d SMs)\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-
   // The ceiling: a device-to-device copy of 512 MiB (reads + writes).
-  const double copy_gbs = m40::bench::copy_bandwidth_gb_per_s();
-  std::printf("copy bandwidth (read + write): %.1f GB/s\n\n", copy_gbs);
+  const double copy_gbs = m40::bench::print_device_and_copy_bandwidth();
 
   const int head_dim = 128;
   const int n_head = 32;

@@ -46,11 +46,8 @@ struct Row {
 
 int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 200;
-  cudaDeviceProp prop{};
-  M40_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s (sm_%d%d, %d SMs)\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-  const double copy_gbs = m40::bench::copy_bandwidth_gb_per_s();
-  std::printf("copy bandwidth (read + write): %.1f GB/s\n\n", copy_gbs);
+  // The ceiling: a device-to-device copy of 512 MiB (reads + writes).
+  const double copy_gbs = m40::bench::print_device_and_copy_bandwidth();
 
   const int kv_dim = kHeads * kHeadDim;
   float* x = device_alloc<float>(size_t{kMaxTokens} * kEmbd);

@@ -77,4 +77,15 @@ inline double copy_bandwidth_gb_per_s() {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e6);
 }
 
+// Prints the device and its copy bandwidth (the table header every CUDA
+// benchmark starts with); returns the bandwidth.
+inline double print_device_and_copy_bandwidth() {
+  cudaDeviceProp prop{};
+  M40_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (sm_%d%d, %d SMs)\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+  const double gbs = copy_bandwidth_gb_per_s();
+  std::printf("copy bandwidth (read + write): %.1f GB/s\n\n", gbs);
+  return gbs;
+}
+
 }  // namespace m40::bench
