@@ -144,7 +144,11 @@ void CudaBackend::destroy_streams() {
   if (copy_stream_ != nullptr) cudaStreamDestroy(std::exchange(copy_stream_, nullptr));
 }
 
-std::string CudaBackend::name() const { return "CUDA"; }
+// A stage of a split model names its GPU ("CUDA:1"), the whole model on one
+// GPU is "CUDA".
+std::string CudaBackend::name() const {
+  return holds_input() && holds_output() ? "CUDA" : "CUDA:" + std::to_string(options_.device);
+}
 
 // Copies weights from the mapping to the device through two pinned buffers
 // used alternately, so filling one overlaps the DMA of the other.

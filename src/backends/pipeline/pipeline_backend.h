@@ -23,7 +23,7 @@ class PipelineBackend : public Backend {
   // the context, the sequences, the vocabulary and the hidden width.
   PipelineBackend(std::vector<std::unique_ptr<Backend>> stages, int n_layer);
 
-  // "CUDA (layers 0-19) + CPU (layers 20-31)"
+  // "CPU (layers 0-9) + CUDA:0 (layers 10-31)"
   std::string name() const override;
   int n_ctx() const override { return stages_.front()->n_ctx(); }
   int n_seq_max() const override { return stages_.front()->n_seq_max(); }

@@ -188,7 +188,7 @@ TEST(CudaOffload, MakeBackendSplitsWhereAskedOrWhereTheBudgetEnds) {
   o.n_ctx = 64;
   o.gpu_layers = 2;
   auto asked = engine::make_backend(*model, o);
-  EXPECT_EQ(asked->name(), "CPU (layers 0-0) + CUDA (layers 1-2)");
+  EXPECT_EQ(asked->name(), "CPU (layers 0-0) + CUDA:0 (layers 1-2)");
   EXPECT_GT(asked->gpu_memory_bytes(), 0u);
   EXPECT_LT(asked->gpu_memory_bytes(), asked->memory_bytes());
 
@@ -197,7 +197,7 @@ TEST(CudaOffload, MakeBackendSplitsWhereAskedOrWhereTheBudgetEnds) {
   o.gpu_layers = -1;
   o.vram_budget = cuda::plan_memory(model->hparams, model->weights, one).total();
   auto budgeted = engine::make_backend(*model, o);
-  EXPECT_EQ(budgeted->name(), "CPU (layers 0-1) + CUDA (layers 2-2)");
+  EXPECT_EQ(budgeted->name(), "CPU (layers 0-1) + CUDA:0 (layers 2-2)");
 
   engine::BackendOptions on_cpu;
   on_cpu.n_ctx = 64;
@@ -231,7 +231,7 @@ TEST(CudaOffload, TwoGpusSplitTheLayers) {
   o.gpus = {0, 1};
   o.tensor_split = {1, 1};
   auto split = engine::make_backend(*model, o);
-  EXPECT_EQ(split->name(), "CUDA (layers 0-1) + CUDA (layers 2-2)");
+  EXPECT_EQ(split->name(), "CUDA:0 (layers 0-1) + CUDA:1 (layers 2-2)");
   engine::BackendOptions on_cpu;
   on_cpu.n_ctx = 64;
   on_cpu.n_seq = 2;
