@@ -327,7 +327,7 @@ void handle_ollama_embed(ServerContext& s, const HttpRequest& req, HttpResponse&
   const size_t dimensions = legacy ? 0 : dimensions_field(body);
   const int num_ctx = ollama_num_ctx(body);
 
-  auto lease = s.models.acquire(model_ref, keep_alive, num_ctx);
+  auto lease = s.models.acquire(model_ref, keep_alive, num_ctx, ollama_num_gpu(body));
   ResidentModel& m = lease->model();
   const double load_seconds = lease->load_seconds();
   const std::string model = ollama_name(model_ref.empty() ? m.name : model_ref);

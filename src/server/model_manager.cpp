@@ -61,11 +61,14 @@ void add_counters(engine::SchedulerStats& to, const engine::SchedulerStats& from
 // file, with at least the context asked for (a request for less runs
 // within its own limit: the KV pool is shared, nothing is reserved).
 bool serves(const ResidentModel& resident, const ModelTarget& target) {
-  return resident.path == target.path && (target.n_ctx == 0 || resident.backend->n_ctx() >= target.n_ctx);
+  return resident.path == target.path && (target.n_ctx == 0 || resident.backend->n_ctx() >= target.n_ctx) &&
+         (target.gpu_layers < 0 || resident.gpu_layers == target.gpu_layers);
 }
 
 // Whether two waiting requests want the same load.
-bool same_model(const ModelTarget& a, const ModelTarget& b) { return a.path == b.path && a.n_ctx == b.n_ctx; }
+bool same_model(const ModelTarget& a, const ModelTarget& b) {
+  return a.path == b.path && a.n_ctx == b.n_ctx && a.gpu_layers == b.gpu_layers;
+}
 
 }  // namespace
 
@@ -124,10 +127,16 @@ ModelTarget ModelManager::resolve(const std::string& ref) const {
 }
 
 std::shared_ptr<ModelLease> ModelManager::acquire(const std::string& ref, std::optional<KeepAlive> keep_alive,
-                                                  int n_ctx) {
+                                                  int n_ctx, int gpu_layers) {
   if (n_ctx < 0) throw HttpError{400, "num_ctx must be positive"};
+  if (gpu_layers > 0 && (options_.force_cpu || !engine::gpu_available())) {
+    throw HttpError{400, "options.num_gpu " + std::to_string(gpu_layers) + " asks for layers on a GPU, and this server " +
+                             (options_.force_cpu ? "runs its models on the CPU (--cpu)" : "has no CUDA GPU") +
+                             ": use 0 or leave it out"};
+  }
   ModelTarget target = resolve(ref);
   target.n_ctx = n_ctx;
+  target.gpu_layers = gpu_layers;
   const KeepAlive ka = keep_alive.value_or(options_.keep_alive);
   std::unique_lock lock(mutex_);
   bool waited_for_load = false;
@@ -151,7 +160,9 @@ std::shared_ptr<ModelLease> ModelManager::acquire(const std::string& ref, std::o
   // The resident model (idle: users_ is 0) stays until the new file has
   // opened: a request naming a file that cannot be used changes nothing.
   std::optional<ModelTarget> previous;
-  if (resident_) previous = ModelTarget{resident_->name, resident_->path, resident_->backend->n_ctx()};
+  if (resident_) {
+    previous = ModelTarget{resident_->name, resident_->path, resident_->backend->n_ctx(), resident_->gpu_layers};
+  }
   lock.unlock();
   std::shared_ptr<ResidentModel> fresh;
   std::string failure;
@@ -224,7 +235,8 @@ void ModelManager::start_model(ResidentModel& m, const ModelTarget& target) cons
   bo.threads = options_.threads;
   bo.force_cpu = options_.force_cpu;
   bo.gpu = options_.gpu;
-  bo.gpu_layers = options_.gpu_layers;
+  bo.gpu_layers = target.gpu_layers >= 0 ? target.gpu_layers : options_.gpu_layers;
+  m.gpu_layers = bo.gpu_layers;
   bo.gpus = options_.gpus;
   bo.tensor_split = options_.tensor_split;
   bo.vram_budget = options_.vram_budget;

@@ -42,6 +42,7 @@ struct ResidentModel {
   std::string name;  // as the APIs call it: "tiny:q8_0", or the file name without .gguf
   std::string path;  // canonical path of the GGUF file
   uint64_t size = 0;
+  int gpu_layers = -1;  // the layers on GPUs it was loaded with: the request's num_gpu, else --gpu-layers
   std::chrono::system_clock::time_point loaded_at{};
   double load_seconds = 0;
   size_t max_token_bytes = 0;  // prompt_tokens.h: the most text bytes one token stands for
@@ -61,11 +62,12 @@ struct ResidentModel {
 };
 
 // A model a request names: its API name and its file, and the context
-// size it asks for.
+// size and the layers on GPUs it asks for.
 struct ModelTarget {
   std::string name;
-  std::string path;  // canonical
-  int n_ctx = 0;     // positions per sequence asked for (num_ctx); 0: any, the server's when loading
+  std::string path;     // canonical
+  int n_ctx = 0;        // positions per sequence asked for (num_ctx); 0: any, the server's when loading
+  int gpu_layers = -1;  // layers on the GPUs asked for (num_gpu); -1: any, the server's when loading
 };
 
 class ModelManager;
@@ -121,7 +123,12 @@ class ModelManager {
   // model, 500 load failure (the server keeps running), 503 stopping.
   // `n_ctx` > 0 asks for at least that context per sequence (reloading the model
   // when the resident one has another); 0 takes the model as it is loaded.
-  std::shared_ptr<ModelLease> acquire(const std::string& ref, std::optional<KeepAlive> keep_alive, int n_ctx = 0);
+  // `gpu_layers` >= 0 asks for that many layers on the GPUs (Ollama's
+  // num_gpu; engine::BackendOptions::gpu_layers), reloading a model loaded
+  // with another count; -1 takes the model as it is loaded. Asking for
+  // layers on a GPU where the server has none (or runs --cpu) is a 400.
+  std::shared_ptr<ModelLease> acquire(const std::string& ref, std::optional<KeepAlive> keep_alive, int n_ctx = 0,
+                                      int gpu_layers = -1);
 
   // Unloads the resident model now when no request uses it (keep_alive 0 on
   // an empty request). Returns whether it was unloaded.

@@ -179,7 +179,7 @@ void handle_generation(ServerContext& s, const HttpRequest& req, HttpResponse& r
     if (on) params.logprobs = static_cast<int>(top.value_or(0));
   }
   params.n_ctx = ollama_num_ctx(body);
-  auto lease = s.models.acquire(model_ref, keep_alive, params.n_ctx);
+  auto lease = s.models.acquire(model_ref, keep_alive, params.n_ctx, ollama_num_gpu(body));
   ResidentModel& m = lease->model();
   const int n_ctx = request_context(m, params);
   const std::string model = ollama_name(model_ref.empty() ? m.name : model_ref);

@@ -98,6 +98,17 @@ std::vector<int32_t> token_ids(const json& ids, size_t n_vocab, const std::strin
   return tokens;
 }
 
+int ollama_num_gpu(const json& body) {
+  auto it = body.find("options");
+  if (it == body.end() || !it->is_object()) return -1;
+  const auto v = get_int(*it, "num_gpu");
+  if (!v) return -1;
+  if (*v < -1 || *v > (int64_t{1} << 20)) {
+    throw HttpError{400, "options.num_gpu must be a layer count, or -1 for as many as fit, got " + std::to_string(*v)};
+  }
+  return static_cast<int>(*v);
+}
+
 int ollama_num_ctx(const json& body) {
   auto it = body.find("options");
   if (it == body.end() || !it->is_object()) return 0;

@@ -45,6 +45,12 @@ std::vector<int32_t> token_ids(const json& ids, size_t n_vocab, const std::strin
 // one that does not fit. 400 outside 1..2^24.
 int ollama_num_ctx(const json& body);
 
+// Ollama's options.num_gpu: how many of the model's last layers run on the
+// GPUs (engine::BackendOptions::gpu_layers; the rest on the CPU); -1 (or
+// absent): as the model is loaded. A count other than the resident
+// model's reloads it. 400 below -1 or for a non-integer.
+int ollama_num_gpu(const json& body);
+
 // The request's model name field ("" when absent); 400 when it is no string
 // or holds a NUL (a name or path with one would be cut short in the system).
 std::string model_field(const json& body, const char* key = "model");

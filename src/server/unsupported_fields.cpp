@@ -101,12 +101,13 @@ void refuse_unimplemented_ollama_fields(const json& body) {
               });
   auto it = body.find("options");
   if (it == body.end() || !it->is_object()) return;
-  // The options the server applies: the options table's, and num_ctx (the context).
+  // The options the server applies: the options table's, num_ctx (the
+  // context) and num_gpu (the layers on GPUs).
   std::string applied;
   for (const engine::RequestOption& o : engine::request_options()) applied += std::string(o.name) + ", ";
-  applied += "num_ctx";
+  applied += "num_ctx, num_gpu";
   for (const auto& [key, value] : it->items()) {
-    if (value.is_null() || key == "num_ctx" || engine::find_request_option(key) != nullptr) continue;
+    if (value.is_null() || key == "num_ctx" || key == "num_gpu" || engine::find_request_option(key) != nullptr) continue;
     throw HttpError{400, "'options." + key + "' is not supported by this server; the options it applies are " + applied};
   }
 }
@@ -120,12 +121,12 @@ void refuse_unimplemented_embedding_fields(const json& body, bool ollama) {
   auto it = body.find("options");
   if (it == body.end() || it->is_null()) return;
   if (!it->is_object()) throw HttpError{400, "'options' must be an object"};
-  // num_ctx applies; the generation options are accepted and have no
-  // effect on an embedding, as in Ollama.
+  // num_ctx and num_gpu apply; the generation options are accepted and
+  // have no effect on an embedding, as in Ollama.
   for (const auto& [key, value] : it->items()) {
-    if (value.is_null() || key == "num_ctx" || engine::find_request_option(key) != nullptr) continue;
-    throw HttpError{400, "'options." + key + "' is not supported by this server; an embedding applies num_ctx (the "
-                         "sampling options have no effect on it)"};
+    if (value.is_null() || key == "num_ctx" || key == "num_gpu" || engine::find_request_option(key) != nullptr) continue;
+    throw HttpError{400, "'options." + key + "' is not supported by this server; an embedding applies num_ctx and "
+                         "num_gpu (the sampling options have no effect on it)"};
   }
 }
 

@@ -364,8 +364,13 @@ TEST_F(EmbeddingsTest, OllamaTruncatesByDefaultKeepingTheBeginningAndTheEos) {
 }
 
 TEST_F(EmbeddingsTest, OllamaFieldsItDoesNotApplyAreRefusedByName) {
-  const json a = post_json("/api/embed", {{"input", "x"}, {"options", {{"num_gpu", 1}}}}, 400);
-  EXPECT_NE(a.dump().find("'options.num_gpu'"), std::string::npos) << a.dump();
+  const json a = post_json("/api/embed", {{"input", "x"}, {"options", {{"num_batch", 64}}}}, 400);
+  EXPECT_NE(a.dump().find("'options.num_batch'"), std::string::npos) << a.dump();
+  // num_gpu applies: 0 layers on a GPU runs here; layers on a GPU this
+  // server does not use are refused.
+  post_json("/api/embed", {{"input", "x"}, {"options", {{"num_gpu", 0}}}});
+  const json g = post_json("/api/embed", {{"input", "x"}, {"options", {{"num_gpu", 4}}}}, 400);
+  EXPECT_NE(g.dump().find("options.num_gpu 4 asks for layers on a GPU"), std::string::npos) << g.dump();
   const json b = post_json("/api/embeddings", {{"prompt", "x"}, {"options", {{"mirostat", 2}}}}, 400);
   EXPECT_NE(b.dump().find("'options.mirostat'"), std::string::npos) << b.dump();
   post_json("/api/embed", {{"input", json::array({"x", 1})}}, 400);

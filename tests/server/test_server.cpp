@@ -820,6 +820,40 @@ TEST(HostPort, ParsesEnvironmentForms) {
   EXPECT_THROW(server::parse_host_port("h:99999", host, port), Error);
 }
 
+// Ollama's options.num_gpu: the layers on GPUs the model is loaded with. A
+// count other than the resident model's reloads it (load_duration > 0);
+// -1 or none takes it as loaded; layers on a GPU this server does not use
+// (it runs --cpu here) are refused by name.
+TEST_F(ServerTest, NumGpuReloadsWithThatCountOrIsRefusedWithoutAGpu) {
+  start(with(1));
+  auto generate = [&](json options) {
+    options["num_predict"] = 2;
+    return post("/api/generate", {{"prompt", "Hi"}, {"stream", false}, {"options", options}, {"raw", true}});
+  };
+  auto loaded_again = [&](json options) {
+    auto r = generate(std::move(options));
+    EXPECT_TRUE(r);
+    if (!r) return false;
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body).value("load_duration", int64_t{0}) > 0;
+  };
+  ASSERT_TRUE(generate(json::object()));  // loaded as the server says
+  EXPECT_TRUE(loaded_again({{"num_gpu", 0}}));
+  EXPECT_FALSE(loaded_again({{"num_gpu", 0}}));
+  EXPECT_FALSE(loaded_again(json::object()));
+  EXPECT_FALSE(loaded_again({{"num_gpu", -1}}));
+  auto r = generate({{"num_gpu", 3}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("options.num_gpu 3 asks for layers on a GPU, and this server runs its models on the CPU (--cpu)"),
+            std::string::npos)
+      << r->body;
+  r = generate({{"num_gpu", -2}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("options.num_gpu must be a layer count"), std::string::npos) << r->body;
+}
+
 // options.num_ctx reloads the model with that context, as Ollama does;
 // requests without it (and the OpenAI routes) take the model as loaded.
 // Ollama's num_ctx: more than the resident model's context reloads it with
@@ -1080,7 +1114,7 @@ TEST_F(ServerTest, UnimplementedFieldsAreRefusedByName) {
       {"/v1/completions", {{"best_of", 3}}, "'best_of'"},
       {"/api/generate", {{"template", "{{ .Prompt }}"}}, "'template'"},
       {"/api/generate", {{"options", {{"mirostat", 2}}}}, "'options.mirostat'"},
-      {"/api/chat", {{"options", {{"num_gpu", 99}}}}, "'options.num_gpu'"},
+      {"/api/chat", {{"options", {{"num_batch", 64}}}}, "'options.num_batch'"},
   };
   auto body_for = [&](const char* path, const json& extra) {
     json body = {{"stream", false}};
