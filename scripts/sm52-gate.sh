@@ -32,6 +32,8 @@ report="$build_dir/sm52-kernels.txt"
 extra_sass=(60 61 70 75 80 86 89 90)
 extra_codes=$(printf 'sm_%s,' "${extra_sass[@]}")
 extra_codes=${extra_codes%,}
+extra_alternatives=$(printf 'sm_%s|' "${extra_sass[@]}")  # sm_60|sm_61|...|sm_90
+extra_alternatives=${extra_alternatives%|}
 
 m40_log "sm52-gate: installing the build dependencies and CUDA 11.8"
 bash scripts/install-deps.sh
@@ -188,7 +190,7 @@ else
       END { printf "%-6s %d kernel(s) (sm_52: %d), %d spilling, %d spilled bytes in all\n", arch, n, n52, k, s
             exit (n == n52 ? 0 : 1) }' <<<"$raw_all" || fail "ptxas compiled a different number of kernels for sm_$a"
   done
-  bad_arch=$(cut -f8 <<<"$raw_all" | grep -vxE "sm_52|$(printf 'sm_%s|' "${extra_sass[@]}" | sed 's/|$//')" | sort -u || true)
+  bad_arch=$(cut -f8 <<<"$raw_all" | grep -vxE "sm_52|$extra_alternatives" | sort -u || true)
   [ -z "$bad_arch" ] || fail "ptxas compiled for other architectures: $bad_arch"
 fi
 
@@ -221,7 +223,7 @@ check_device_code() {
     [ "$n" = "$n_elf52" ] || fail "$file has $n sm_$a ELF image(s) and $n_elf52 for sm_52"
   done
   other=$( (grep -oE 'sm_[0-9]+\.cubin' <<<"$elf"; grep -oE 'sm_[0-9]+\.ptx' <<<"$ptx") |
-    grep -vE "^sm_52\.|^($(printf 'sm_%s|' "${extra_sass[@]}" | sed 's/|$//'))\.cubin" | sort -u || true)
+    grep -vE "^sm_52\.|^($extra_alternatives)\.cubin" | sort -u || true)
   [ -z "$other" ] || fail "code for other architectures in $file: $(echo $other)"
   # The PTX's .target names its virtual architecture: sm_52 = compute_52.
   targets=$("$cuobjdump" --dump-ptx "$file" 2>/dev/null | grep -E '^\.target' | sort | uniq -c || true)

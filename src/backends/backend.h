@@ -39,6 +39,15 @@ inline LayerRange resolve_layers(LayerRange r, int n_layer) {
   return r;
 }
 
+// Throws m40::Error unless `r` is the whole model: a stage of a split model
+// runs its steps through Backend::forward_stage, not forward().
+inline void require_whole_model(const std::string& backend_name, LayerRange r, int n_layer) {
+  if (r.first != 0 || r.end != n_layer) {
+    throw Error("this " + backend_name + " backend computes layers " + std::to_string(r.first) + " to " +
+                std::to_string(r.end - 1) + " only: its steps go through forward_stage");
+  }
+}
+
 struct Batch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> positions;   // position of each token in its sequence

@@ -78,6 +78,21 @@ class BlockTables {
     }
   }
 
+  // check() for a step of a stage of a split model (Backend::forward_stage):
+  // the output buffer where it holds the last layer, the hidden-state buffer
+  // (n_embd values per token) where it reads or writes one.
+  void check_stage(const Batch& batch, size_t hidden_size, size_t out_size, int n_vocab, int n_embd, bool holds_input,
+                   bool holds_output) const {
+    if (holds_output) {
+      check(batch, out_size, n_vocab, n_embd);
+    } else {
+      check_tokens(batch, n_vocab);
+    }
+    if ((!holds_input || !holds_output) && hidden_size < batch.size() * static_cast<size_t>(n_embd)) {
+      throw Error("hidden-state buffer too small for the batch");
+    }
+  }
+
   // check() without the output buffer: a stage of a split model that hands
   // its hidden states on (Backend::forward_stage) has no logits to size.
   void check_tokens(const Batch& batch, int n_vocab) const {

@@ -169,8 +169,8 @@ std::vector<int> chosen_gpus(const BackendOptions& options) {
   return gpus;
 }
 
-uint64_t gpu_budget(const BackendOptions& options, int device) {
-  const uint64_t free = cuda::device_info(device).free_memory_bytes;
+uint64_t gpu_budget(const BackendOptions& options, const cuda::DeviceInfo& info) {
+  const uint64_t free = info.free_memory_bytes;
   return options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, free) : free;
 }
 
@@ -182,8 +182,11 @@ std::unique_ptr<backend::Backend> make_split_backend(const model::LoadedModel& m
   const int n_layer = static_cast<int>(model.hparams.n_layer);
   MemoryBudget budget = cpu_budget(model, options);
   std::vector<uint64_t> available;
+  std::vector<double> bandwidth;
   for (int d : gpus) {
-    available.push_back(gpu_budget(options, d));
+    const cuda::DeviceInfo info = cuda::device_info(d);
+    available.push_back(gpu_budget(options, info));
+    bandwidth.push_back(info.peak_memory_bandwidth_gb_per_s());
     budget.available += available.back();
   }
   const int n_ctx = choose_context_size(static_cast<int>(model.hparams.n_ctx_train), options.n_ctx, budget);
@@ -206,8 +209,6 @@ std::unique_ptr<backend::Backend> make_split_backend(const model::LoadedModel& m
     const model::DecodeScope scope{s.layers.first, s.layers.end, s.layers.first == 0, s.layers.end == n_layer};
     reads.push_back(model::decode_bytes_per_token(model.file, model.hparams.n_expert, model.hparams.n_expert_used, scope));
   }
-  std::vector<double> bandwidth;
-  for (int d : gpus) bandwidth.push_back(cuda::device_info(d).peak_memory_bandwidth_gb_per_s());
   std::fprintf(stderr, "note: %s\n", describe_decode_reads(stages, reads, bandwidth, gpus).c_str());
   std::vector<std::unique_ptr<backend::Backend>> backends;
   for (const PlacedStage& s : stages) {
@@ -249,7 +250,7 @@ std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, 
       // The GPU's budget: the memory plan without any context, and what one
       // position adds to it.
       MemoryBudget budget;
-      budget.available = gpu_budget(options, cuda_options.device);
+      budget.available = gpu_budget(options, cuda::device_info(cuda_options.device));
       cuda::PlanShape shape{0, options.n_seq, cuda_options.max_batch, 32, 0, options.kv_type};
       budget.fixed = cuda::plan_memory(model.hparams, model.weights, shape).total();
       budget.per_position = kv_bytes_per_position(model.hparams, options.kv_type);

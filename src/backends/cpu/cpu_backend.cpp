@@ -69,10 +69,7 @@ void CpuBackend::copy_block(int32_t src, int32_t dst) {
 }
 
 void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
-  if (layers_.first != 0 || layers_.end != static_cast<int>(hparams_.n_layer)) {
-    throw Error("this CPU backend computes layers " + std::to_string(layers_.first) + " to " + std::to_string(layers_.end - 1) +
-                " only: its steps go through forward_stage");
-  }
+  backend::require_whole_model(name(), layers_, static_cast<int>(hparams_.n_layer));
   tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
   std::vector<float> x;
   run_layers(batch, {}, x);
@@ -82,13 +79,9 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
 
 void CpuBackend::forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) {
   const bool holds_first = layers_.first == 0, holds_last = layers_.end == static_cast<int>(hparams_.n_layer);
-  if (holds_last) {
-    tables_.check(batch, out.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
-  } else {
-    tables_.check_tokens(batch, static_cast<int>(hparams_.n_vocab));
-  }
+  tables_.check_stage(batch, hidden.size(), out.size(), static_cast<int>(hparams_.n_vocab),
+                      static_cast<int>(hparams_.n_embd), holds_first, holds_last);
   const size_t hidden_size = batch.size() * hparams_.n_embd;
-  if ((!holds_first || !holds_last) && hidden.size() < hidden_size) throw Error("hidden-state buffer too small for the batch");
   std::vector<float> x;
   run_layers(batch, holds_first ? std::span<const float>() : std::span<const float>(hidden.first(hidden_size)), x);
   tables_.advance(batch);

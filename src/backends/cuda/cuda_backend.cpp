@@ -672,23 +672,14 @@ void CudaBackend::upload_tables() {
 }
 
 void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) {
-  if (!holds_input() || !holds_output()) {
-    throw Error("this CUDA backend computes layers " + std::to_string(stage_.first) + " to " +
-                std::to_string(stage_.end - 1) + " only: its steps go through forward_stage");
-  }
+  backend::require_whole_model(name(), stage_, static_cast<int>(hparams_.n_layer));
   tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
   run_step(batch, nullptr, logits.data());
 }
 
 void CudaBackend::forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) {
-  if (holds_output()) {
-    tables_.check(batch, out.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
-  } else {
-    tables_.check_tokens(batch, static_cast<int>(hparams_.n_vocab));
-  }
-  if ((!holds_input() || !holds_output()) && hidden.size() < batch.size() * hparams_.n_embd) {
-    throw Error("hidden-state buffer too small for the batch");
-  }
+  tables_.check_stage(batch, hidden.size(), out.size(), static_cast<int>(hparams_.n_vocab),
+                      static_cast<int>(hparams_.n_embd), holds_input(), holds_output());
   run_step(batch, hidden.data(), out.data());
 }
 

@@ -62,21 +62,21 @@ int PipelineBackend::n_kv_blocks() const {
   return n;
 }
 
-void PipelineBackend::set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) {
-  // Checked against the smallest pool first, so that no stage takes a table
-  // another refuses.
+void PipelineBackend::check_blocks(std::span<const int32_t> blocks) const {
   const int n_blocks = n_kv_blocks();
   for (int32_t b : blocks) {
     if (b < 0 || b >= n_blocks) throw Error("KV block " + std::to_string(b) + " is outside the pool of " + std::to_string(n_blocks));
   }
+}
+
+void PipelineBackend::set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) {
+  check_blocks(blocks);
   for (auto& s : stages_) s->set_blocks(seq, blocks, n_cached);
 }
 
 void PipelineBackend::copy_block(int32_t src, int32_t dst) {
-  const int n_blocks = n_kv_blocks();
-  for (int32_t b : {src, dst}) {
-    if (b < 0 || b >= n_blocks) throw Error("KV block " + std::to_string(b) + " is outside the pool of " + std::to_string(n_blocks));
-  }
+  const int32_t both[] = {src, dst};
+  check_blocks(both);
   for (auto& s : stages_) s->copy_block(src, dst);
 }
 

@@ -44,6 +44,10 @@ class PipelineBackend : public Backend {
   const Backend& stage(size_t i) const { return *stages_.at(i); }
 
  private:
+  // Block ids checked against the smallest pool before any stage takes
+  // them, so that no stage holds a table or copy another refuses.
+  void check_blocks(std::span<const int32_t> blocks) const;
+
   std::vector<std::unique_ptr<Backend>> stages_;
   std::vector<float> hidden_;  // the hand-over between stages, kept between steps
 };
