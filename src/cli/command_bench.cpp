@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "engine/backend_factory.h"
 #include "common/memory_size.h"
 #include "engine/benchmark.h"
@@ -27,12 +28,7 @@ struct BenchOptions {
   std::string kv_type = "f16";
   int repetitions = 5;
   unsigned threads = 0;
-  bool cpu = false;
-  int gpu = -1;
-  int gpu_layers = -1;
-  std::vector<int> gpus;
-  std::vector<double> tensor_split;
-  std::string vram;
+  DeviceFlags devices;  // --cpu, --gpu, --gpus, --tensor-split, --split-mode, --gpu-layers, --vram
 };
 
 int run_bench(const BenchOptions& o) {
@@ -64,12 +60,7 @@ int run_bench(const BenchOptions& o) {
   bo.n_ctx = n_ctx;
   bo.n_seq = n_seq;
   bo.threads = o.threads;
-  bo.force_cpu = o.cpu;
-  bo.gpu = o.gpu;
-  bo.gpu_layers = o.gpu_layers;
-  bo.gpus = o.gpus;
-  bo.tensor_split = o.tensor_split;
-  if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
+  apply_device_flags(o.devices, bo);
   bo.kv_type = engine::kv_type_from_name(o.kv_type);
   auto backend = engine::make_backend(*model, bo);
 
@@ -121,12 +112,7 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: every core)");
-  cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
-  cmd->add_option("--gpu", opts->gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
-  cmd->add_option("--gpus", opts->gpus, "GPUs a model that does not fit one may be split over, in order, e.g. 0,1 (default: every GPU, --gpu's first)")->delimiter(',');
-  cmd->add_option("--tensor-split", opts->tensor_split, "Split the layers over the GPUs of --gpus in these proportions, e.g. 3,1")->delimiter(',');
-  cmd->add_option("--gpu-layers,--ngl", opts->gpu_layers, "Layers on the GPU: the last N and the output head there, the rest on the CPU (default: all when the model fits, else as many as fit)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--vram", opts->vram, "Cap the GPU memory budget, e.g. 24G to plan as on a Tesla M40");
+  add_device_flags(cmd, opts->devices);
   cmd->callback([opts] { set_command_action([opts] { return run_bench(*opts); }); });
 }
 

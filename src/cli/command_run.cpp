@@ -12,6 +12,7 @@
 #include "engine/answer_grammar.h"
 #include "grammar/gbnf_builder.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "cli/interactive_chat.h"
 #include "cli/timings.h"
 #include "common/error.h"
@@ -34,12 +35,7 @@ struct RunOptions {
   int max_tokens = -1;
   int ctx = 0;
   unsigned threads = 0;
-  bool cpu = false;
-  int gpu = -1;
-  int gpu_layers = -1;
-  std::vector<int> gpus;
-  std::vector<double> tensor_split;
-  std::string vram;
+  DeviceFlags devices;  // --cpu, --gpu, --gpus, --tensor-split, --split-mode, --gpu-layers, --vram
   bool verbose = false;
   bool ignore_eos = false;
   bool raw = false;
@@ -85,12 +81,7 @@ int run_run(RunOptions o) {
   engine::BackendOptions bo;
   bo.n_ctx = o.ctx;
   bo.threads = o.threads;
-  bo.force_cpu = o.cpu;
-  bo.gpu = o.gpu;
-  bo.gpu_layers = o.gpu_layers;
-  bo.gpus = o.gpus;
-  bo.tensor_split = o.tensor_split;
-  if (!o.vram.empty()) bo.vram_budget = parse_memory_size(o.vram);
+  apply_device_flags(o.devices, bo);
   bo.kv_type = engine::kv_type_from_name(o.kv_type);
   auto backend = engine::make_backend(*model, bo);
   const engine::AnswerGrammar format = format_grammar(o.format, vocab);
@@ -196,12 +187,7 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--format", opts->format,
                   "Response format: json (any JSON object) or a JSON schema; the answer is decoded so that it is one");
   cmd->add_flag("--raw", opts->raw, "Tokenize PROMPT as it is instead of rendering it through the chat template");
-  cmd->add_flag("--cpu", opts->cpu, "Use the CPU backend even when a GPU is present");
-  cmd->add_option("--gpu", opts->gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
-  cmd->add_option("--gpus", opts->gpus, "GPUs a model that does not fit one may be split over, in order, e.g. 0,1 (default: every GPU, --gpu's first)")->delimiter(',');
-  cmd->add_option("--tensor-split", opts->tensor_split, "Split the layers over the GPUs of --gpus in these proportions, e.g. 3,1")->delimiter(',');
-  cmd->add_option("--gpu-layers,--ngl", opts->gpu_layers, "Layers on the GPU: the last N and the output head there, the rest on the CPU (default: all when the model fits, else as many as fit)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--vram", opts->vram, "Cap the GPU memory budget, e.g. 24G to plan as on a Tesla M40");
+  add_device_flags(cmd, opts->devices);
   cmd->add_flag("--verbose", opts->verbose, "Print timings (prompt and generation speed) to stderr afterwards");
   cmd->add_option("--logits-out", opts->logits_out,
                   "Write the float32 logits of the last prompt position to this file");

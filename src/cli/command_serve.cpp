@@ -14,6 +14,7 @@
 
 #include "chat/chat_template.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
 #include "common/error.h"
 #include "common/memory_size.h"
 #include "engine/backend_factory.h"
@@ -27,7 +28,7 @@ namespace {
 struct ServeOptions {
   std::string model;
   std::string keep_alive;
-  std::string vram;
+  DeviceFlags devices;  // --cpu, --gpu, --gpus, --tensor-split, --split-mode, --gpu-layers, --vram
   std::string origins;
   std::string max_pull_size;
   std::string kv_pool;
@@ -40,7 +41,17 @@ struct ServeOptions {
 
 int run_serve(ServeOptions o) {
   auto& so = o.server;
-  if (!o.vram.empty()) so.vram_budget = parse_memory_size(o.vram);
+  {
+    engine::BackendOptions devices;
+    apply_device_flags(o.devices, devices);
+    so.force_cpu = devices.force_cpu;
+    so.gpu = devices.gpu;
+    so.gpus = devices.gpus;
+    so.tensor_split = devices.tensor_split;
+    so.split_mode = devices.split_mode;
+    so.gpu_layers = devices.gpu_layers;
+    so.vram_budget = devices.vram_budget;
+  }
   if (!o.max_pull_size.empty()) so.max_pull_size = parse_memory_size(o.max_pull_size);
   so.kv_type = engine::kv_type_from_name(o.kv_type);
   if (!o.chat_template_file.empty()) {
@@ -177,12 +188,7 @@ void register_serve_command(CLI::App& app) {
   cmd->add_option("--keep-alive", opts->keep_alive,
                   "How long an idle model stays loaded: 5m, 1h, 30s, 0 (unload at once), -1 (forever); "
                   "$M40_LLM_KEEP_ALIVE also works; default 5m");
-  cmd->add_flag("--cpu", so.force_cpu, "Use the CPU backend even when a GPU is present");
-  cmd->add_option("--gpu", so.gpu, "GPU index (default: $M40_LLM_DEVICE, else 0)");
-  cmd->add_option("--gpus", so.gpus, "GPUs a model that does not fit one may be split over, in order, e.g. 0,1 (default: every GPU, --gpu's first)")->delimiter(',');
-  cmd->add_option("--tensor-split", so.tensor_split, "Split the layers over the GPUs of --gpus in these proportions, e.g. 3,1")->delimiter(',');
-  cmd->add_option("--gpu-layers,--ngl", so.gpu_layers, "Layers on the GPU: the last N and the output head there, the rest on the CPU (default: all when the model fits, else as many as fit)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--vram", opts->vram, "Cap the GPU memory a model may use, e.g. 24G to plan as on a Tesla M40");
+  add_device_flags(cmd, opts->devices);
   cmd->add_flag("--allow-paths", so.allow_paths,
                 "Let a request's 'model' name a GGUF file on this machine (generate, chat, show, tokenize ...) and "
                 "/api/pull copy a local file; without it requests name store models only (the MODEL argument may be a file "

@@ -17,6 +17,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/memory_plan.h"
+#include "backends/cuda/row_split_backend.h"
 #endif
 
 namespace m40::engine {
@@ -92,6 +93,13 @@ uint64_t system_available_memory() {
   }
   std::fclose(f);
   return kib * 1024;
+}
+
+SplitMode split_mode_from_name(const std::string& name) {
+  if (name == "auto") return SplitMode::Auto;
+  if (name == "layer") return SplitMode::Layer;
+  if (name == "row") return SplitMode::Row;
+  throw Error("--split-mode must be auto, layer or row, got '" + name + "'");
 }
 
 backend::KvType kv_type_from_name(const std::string& name) {
@@ -223,11 +231,71 @@ std::unique_ptr<backend::Backend> make_split_backend(const model::LoadedModel& m
   if (backends.size() == 1) return std::move(backends.front());  // one stage: the whole model there
   return std::make_unique<backend::PipelineBackend>(std::move(backends), n_layer);
 }
+
+// A model divided by rows over the GPUs (model/row_split.h), in proportion
+// to --tensor-split or to their memory. The context and the KV pool are
+// sized by all their memory together; each shard must fit its own GPU.
+// Unless `required`, a model that cannot be divided so or does not fit
+// gives null (with a note why) instead of an error.
+std::unique_ptr<backend::Backend> make_row_split_backend(const model::LoadedModel& model, const BackendOptions& options,
+                                                         const std::vector<int>& gpus, bool required) {
+  std::vector<double> shares = options.tensor_split;
+  std::vector<uint64_t> available;
+  MemoryBudget budget;
+  budget.per_position = kv_bytes_per_position(model.hparams, options.kv_type);
+  for (int d : gpus) {
+    available.push_back(gpu_budget(options, cuda::device_info(d)));
+    budget.available += available.back();
+    if (options.tensor_split.empty()) shares.push_back(static_cast<double>(available.back()));
+  }
+  std::vector<model::RowShard> shards;
+  try {
+    shards = model::plan_row_split(model.hparams, model.weights, shares);
+  } catch (const Error& e) {
+    if (required) throw;
+    std::fprintf(stderr, "note: not divided by rows (%s)\n", e.what());
+    return nullptr;
+  }
+  cuda::CudaBackendOptions cuda_options;
+  cuda_options.n_seq = options.n_seq;
+  cuda_options.kv_type = options.kv_type;
+  cuda_options.vram_budget = options.vram_budget;
+  for (const model::RowShard& shard : shards) {  // the shards' plans without any context
+    cuda::PlanShape shape{0, options.n_seq, cuda_options.max_batch, 32, 0, options.kv_type, {}, shard};
+    budget.fixed += cuda::plan_memory(model.hparams, model.weights, shape).total();
+  }
+  const int n_ctx = resolve_context_size(model, options.n_ctx, budget);
+  cuda_options.n_ctx = n_ctx;
+  cuda_options.kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);
+  if (!required) {  // each shard's plan against its GPU, before anything is allocated
+    for (const model::RowShard& shard : shards) {
+      const cuda::PlanShape shape{n_ctx, options.n_seq, cuda_options.max_batch, 32, cuda_options.kv_blocks,
+                                  options.kv_type, {}, shard};
+      const uint64_t needed = cuda::plan_memory(model.hparams, model.weights, shape).total();
+      if (needed > available[static_cast<size_t>(shard.index)]) {
+        std::fprintf(stderr, "note: not divided by rows (GPU %d's share does not fit)\n", gpus[static_cast<size_t>(shard.index)]);
+        return nullptr;
+      }
+    }
+  }
+  std::string where;
+  for (const model::RowShard& s : shards) {
+    where += std::string(where.empty() ? "" : ", ") + "GPU " + std::to_string(gpus[static_cast<size_t>(s.index)]) +
+             " KV heads " + std::to_string(s.kv_head_first) + "-" + std::to_string(s.kv_head_end - 1) + " and FFN columns " +
+             std::to_string(s.ff_first) + "-" + std::to_string(s.ff_end - 1);
+  }
+  std::fprintf(stderr, "note: with a context of %d: every layer divided by rows: %s; the output head on GPU %d\n", n_ctx,
+               where.c_str(), gpus.front());
+  return std::make_unique<cuda::RowSplitBackend>(model.hparams, model.weights, cuda_options, gpus, shares);
+}
 #endif
 
 }  // namespace
 
 std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, const BackendOptions& options) {
+  if (options.force_cpu && options.split_mode == SplitMode::Row) {
+    throw Error("--cpu runs no layer on the GPU and --split-mode row divides them over GPUs: give one of them");
+  }
   if (options.force_cpu && options.gpu_layers > 0) {
     throw Error("--cpu runs no layer on the GPU and --gpu-layers " + std::to_string(options.gpu_layers) +
                 " asks for some: give one of them");
@@ -239,8 +307,22 @@ std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, 
     }
     const std::vector<int> gpus = chosen_gpus(options);
     const int n_layer = static_cast<int>(model.hparams.n_layer);
+    if (options.split_mode == SplitMode::Row) {
+      if (options.gpu_layers >= 0) {
+        throw Error("--gpu-layers offloads whole layers to the CPU and --split-mode row keeps every layer on the GPUs: "
+                    "give one of them");
+      }
+      if (gpus.size() > 1) return make_row_split_backend(model, options, gpus, true);
+    }
+    // Split over the GPUs alone: by rows where the model allows it (auto).
+    const auto rows_if_possible = [&]() -> std::unique_ptr<backend::Backend> {
+      if (options.split_mode != SplitMode::Auto || options.gpu_layers >= 0 || gpus.size() < 2) return nullptr;
+      return make_row_split_backend(model, options, gpus, false);
+    };
     const bool asked_to_split = !options.tensor_split.empty() || (options.gpu_layers >= 0 && options.gpu_layers < n_layer);
-    if (!asked_to_split) {
+    if (asked_to_split) {
+      if (auto rows = rows_if_possible()) return rows;
+    } else {
       // The first GPU alone when the model fits it.
       cuda::CudaBackendOptions cuda_options;
       cuda_options.device = gpus.front();
@@ -265,6 +347,7 @@ std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, 
         return std::make_unique<cuda::CudaBackend>(model.hparams, model.weights, cuda_options);
       }
       std::fprintf(stderr, "note: the model does not fit GPU %d: it is split\n", gpus.front());
+      if (auto rows = rows_if_possible()) return rows;
     }
     return make_split_backend(model, options, gpus);
   }
@@ -272,7 +355,8 @@ std::unique_ptr<backend::Backend> make_backend(const model::LoadedModel& model, 
   if (options.gpu >= 0 && !options.force_cpu && options.gpu_layers != 0) throw Error("--gpu was given but no CUDA GPU is available (or this build has no CUDA backend)");
   if (!options.force_cpu && options.gpu_layers != 0) {
     const char* asked = options.gpu_layers > 0 ? "--gpu-layers" : !options.gpus.empty() ? "--gpus"
-                        : !options.tensor_split.empty() ? "--tensor-split" : nullptr;
+                        : !options.tensor_split.empty() ? "--tensor-split"
+                        : options.split_mode == SplitMode::Row ? "--split-mode row" : nullptr;
     if (asked != nullptr) {
       throw Error(std::string(asked) + " was given but no CUDA GPU is available (or this build has no CUDA backend)");
     }

@@ -12,6 +12,16 @@
 
 namespace m40::engine {
 
+// How a model is divided over several GPUs (--split-mode): by layers (a
+// chain of stages, backends/pipeline; CPU offload works this way too) or by
+// rows (every layer's matrices divided, backends/cuda/row_split_backend.h:
+// the GPUs read their shares at once). Auto: by rows where the model is
+// split over GPUs alone and can be divided so and fits, else by layers.
+enum class SplitMode { Auto, Layer, Row };
+
+// "auto", "layer" or "row"; throws m40::Error naming the choices.
+SplitMode split_mode_from_name(const std::string& name);
+
 struct BackendOptions {
   int n_ctx = 0;          // 0: the model's training context, capped by what the memory holds
   int n_seq = 1;          // sequences (KV slots)
@@ -27,6 +37,13 @@ struct BackendOptions {
   // --tensor-split: the GPUs' shares of the layers (one per GPU of gpus);
   // empty: as many as fit, or in proportion to their memory.
   std::vector<double> tensor_split;
+  // Row: the model divided by rows over every GPU of gpus (more than one),
+  // in proportion to tensor_split or to the GPUs' memory, whether or not it
+  // fits the first alone; it must fit the GPUs (no CPU offload). Layer: as
+  // gpu_layers and tensor_split say. Auto: a model split over the GPUs
+  // (it does not fit the first, or tensor_split asks) is divided by rows
+  // where it can be and fits them, else by layers; gpu_layers means layers.
+  SplitMode split_mode = SplitMode::Auto;
   uint64_t vram_budget = 0;  // --vram; 0: the GPU's free memory
   // --gpu-layers N: the last N layers and the output head on the GPU, the
   // others on the CPU (layer_placement.h); N at or above the layer count:

@@ -107,8 +107,8 @@ class WeightFinder {
   mutable std::unordered_set<std::string> used_;
 };
 
-// Rows [first, first + count) of a matrix, as a matrix of their own (a
-// fused tensor's parts are back to back, row after row).
+}  // namespace
+
 WeightView row_range(const WeightView& w, uint64_t first, uint64_t count, const std::string& part) {
   WeightView v = w;
   v.name = w.name + " (" + part + ")";
@@ -117,13 +117,11 @@ WeightView row_range(const WeightView& w, uint64_t first, uint64_t count, const 
   return v;
 }
 
-// Elements [first, first + count) of a vector stored one value per element
-// (F32 or F16; a fused bias).
 WeightView element_range(const WeightView& w, uint64_t first, uint64_t count, const std::string& part) {
   const uint64_t element_bytes = w.row_bytes / w.cols;
   if (gguf::tensor_type_traits(w.type).block_size != 1) {
     throw Error("tensor '" + w.name + "' has type " + std::string(gguf::tensor_type_name(w.type)) +
-                ", which m40-llm cannot split into Q, K and V biases");
+                ", which m40-llm cannot take apart by element (a fused bias, or a row split's share of one)");
   }
   WeightView v = w;
   v.name = w.name + " (" + part + ")";
@@ -132,8 +130,6 @@ WeightView element_range(const WeightView& w, uint64_t first, uint64_t count, co
   v.data = w.data + first * element_bytes;
   return v;
 }
-
-}  // namespace
 
 ModelWeights ModelWeights::load(const gguf::File& file, const ModelHparams& hp) {
   const Architecture& arch = *hp.desc;

@@ -59,6 +59,14 @@ struct LayerWeights {
 // slices are not back to back in one type and shape.
 WeightView stacked_slices(const std::vector<WeightView>& slices);
 
+// Rows [first, first + count) of a matrix, as a matrix of their own (a
+// fused tensor's parts are back to back, row after row).
+WeightView row_range(const WeightView& w, uint64_t first, uint64_t count, const std::string& part);
+
+// Elements [first, first + count) of a vector stored one value per element
+// (F32 or F16). Throws m40::Error for a block-quantized vector.
+WeightView element_range(const WeightView& w, uint64_t first, uint64_t count, const std::string& part);
+
 struct ModelWeights {
   WeightView token_embd;   // [n_embd x n_vocab]
   WeightView output_norm;  // [n_embd]

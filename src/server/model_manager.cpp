@@ -239,6 +239,7 @@ void ModelManager::start_model(ResidentModel& m, const ModelTarget& target) cons
   m.gpu_layers = bo.gpu_layers;
   bo.gpus = options_.gpus;
   bo.tensor_split = options_.tensor_split;
+  bo.split_mode = options_.split_mode;
   bo.vram_budget = options_.vram_budget;
   bo.kv_pool_bytes = options_.kv_pool_bytes;
   bo.kv_pool_fraction = options_.kv_pool_fraction;

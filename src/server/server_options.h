@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "engine/backend_factory.h"
 #include "server/keep_alive.h"
 #include "server/request_limits.h"
 
@@ -25,6 +26,7 @@ struct ServerOptions {
   int gpu_layers = -1;       // layers on the GPU (engine::BackendOptions::gpu_layers); -1: all that fit
   std::vector<int> gpus;             // engine::BackendOptions::gpus
   std::vector<double> tensor_split;  // engine::BackendOptions::tensor_split
+  engine::SplitMode split_mode = engine::SplitMode::Auto;  // engine::BackendOptions::split_mode
   uint64_t vram_budget = 0;  // bytes of GPU memory a model may plan for; 0: the GPU's free memory
   // The paged KV pool the requests share (engine::BackendOptions): bytes, or
   // a fraction of the memory left after the weights; both 0: the default.

@@ -43,6 +43,8 @@ TEST(Usage, AMistakeIsOneLineThatSaysWhereToLook) {
       {{"list", "extra"}, "error: The following argument was not expected: extra; see `m40-llm list --help`\n"},
       {{"serve", "--bogus"}, "error: The following argument was not expected: --bogus; see `m40-llm serve --help`\n"},
       {{"frobnicate"}, "error: unknown command 'frobnicate'; see `m40-llm --help` for the commands\n"},
+      {{"bench", "model.gguf", "--split-mode", "diagonal"},
+       "error: --split-mode: diagonal not in {auto,layer,row}; see `m40-llm bench --help`\n"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args.front());

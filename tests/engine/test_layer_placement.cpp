@@ -154,6 +154,9 @@ TEST(LayerPlacement, GpuLayersBesideCpuIsRefused) {
   EXPECT_NE(make_backend_error(o).find("--cpu runs no layer on the GPU and --gpu-layers 3 asks for some"), std::string::npos);
   o.gpu_layers = 0;
   EXPECT_EQ(make_backend_error(o), "") << "--gpu-layers 0 is the CPU";
+  o.gpu_layers = -1;
+  o.split_mode = engine::SplitMode::Row;
+  EXPECT_NE(make_backend_error(o).find("--cpu runs no layer on the GPU and --split-mode row divides them"), std::string::npos);
 }
 
 TEST(LayerPlacement, GpuOptionsWithoutAGpuAreRefused) {
@@ -173,6 +176,18 @@ TEST(LayerPlacement, GpuOptionsWithoutAGpuAreRefused) {
   EXPECT_EQ(make_backend_error(o), "") << "--gpu-layers 0: the CPU, whatever the split";
   o.tensor_split.clear();
   EXPECT_EQ(make_backend_error(o), "");
+  o.gpu_layers = -1;
+  o.split_mode = engine::SplitMode::Row;
+  EXPECT_NE(make_backend_error(o).find("--split-mode row was given but no CUDA GPU is available"), std::string::npos);
+  o.split_mode = engine::SplitMode::Auto;
+  EXPECT_EQ(make_backend_error(o), "") << "auto asks for nothing";
+}
+
+TEST(LayerPlacement, SplitModesByName) {
+  EXPECT_EQ(engine::split_mode_from_name("auto"), engine::SplitMode::Auto);
+  EXPECT_EQ(engine::split_mode_from_name("layer"), engine::SplitMode::Layer);
+  EXPECT_EQ(engine::split_mode_from_name("row"), engine::SplitMode::Row);
+  EXPECT_THROW(engine::split_mode_from_name("diagonal"), Error);
 }
 
 }  // namespace

@@ -33,16 +33,28 @@ backend::BlockTables block_tables_for(const CudaBackendOptions& o) {
 
 CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights,
                          CudaBackendOptions options)
-    : hparams_(hparams),
+    : hparams_(model::shard_hparams(hparams, options.shard)),
       options_(options),
+      shard_rows_(model::shard_rows(hparams, options.shard)),
       stage_(backend::resolve_layers(options.layers, static_cast<int>(hparams.n_layer))),
       tables_(block_tables_for(options)) {
+  if (!options.shard.whole()) {
+    if (options.exchange == nullptr || options.exchange->count() != options.shard.count) {
+      throw Error("a row split's shard needs the exchange of its shards");
+    }
+    if (stage_.size() != static_cast<int>(hparams.n_layer)) throw Error("a row split's shard holds every layer");
+    if (hparams.has_experts()) throw Error("a row split divides dense layers only: use --split-mode layer");
+    // A decode step's graph spans every shard's GPU, its copies between
+    // them plain device copies: it needs peer access between the GPUs.
+    options_.use_graphs = options.use_graphs && options.exchange->graphs_possible();
+  }
   if (options.kv_type == backend::KvType::F32) {
     throw Error("the CUDA backend keeps its KV cache in FP16 or Q8_0: use --cpu for f32");
   }
-  if (options.kv_type == backend::KvType::Q8_0 && hparams.kv_dim() % 32 != 0) {
+  if (options.kv_type == backend::KvType::Q8_0 && hparams_.kv_dim() % 32 != 0) {  // a shard's rows where split
     throw Error("a Q8_0 KV cache needs K/V rows of a multiple of 32 values; " + hparams.architecture + " has " +
-                std::to_string(hparams.kv_dim()) + ": use --kv-type f16");
+                std::to_string(hparams_.kv_dim()) + (sharded() ? " on this GPU of a row split" : "") +
+                ": use --kv-type f16");
   }
   if (!attention_head_dim_supported(static_cast<int>(hparams.head_dim()))) {
     throw Error("the CUDA attention takes heads of a multiple of 4 values up to 128, or of 8 up to 256; " +
@@ -62,7 +74,7 @@ CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelW
   device_name_ = info.name;
 
   PlanShape shape{options.n_ctx, options.n_seq, options.max_batch, max_logit_rows_, tables_.n_blocks(), options.kv_type,
-                  stage_};
+                  stage_, options.shard};
   plan_ = plan_memory(hparams, weights, shape);
   const uint64_t available =
       options.vram_budget > 0 ? std::min<uint64_t>(options.vram_budget, info.free_memory_bytes) : info.free_memory_bytes;
@@ -132,10 +144,19 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
   host_ids_ = PinnedBuffer(3 * b * sizeof(int32_t));
   host_logits_ = PinnedBuffer(static_cast<size_t>(max_logit_rows_) * hparams_.n_vocab * sizeof(float));
   if (!holds_input() || !holds_output()) host_hidden_ = PinnedBuffer(b * hparams_.n_embd * sizeof(float));
+  if (sharded()) {
+    ShardExchange& exchange = *options_.exchange;
+    if (exchange.max_values() < static_cast<int64_t>(b * hparams_.n_embd)) {
+      throw Error("the row split's exchange holds fewer values than a chunk's branch");
+    }
+    exchange.attach(options_.shard.index, floats(static_cast<size_t>(exchange.buffer_floats())));
+  }
 }
 
 CudaBackend::~CudaBackend() {
-  for (auto& [n, graph] : decode_graphs_) cudaGraphExecDestroy(graph);
+  for (auto& [n, graph] : decode_graphs_) {
+    if (graph != nullptr) cudaGraphExecDestroy(graph);  // a row split's shards but 0 hold none
+  }
   destroy_streams();
 }
 
@@ -147,7 +168,7 @@ void CudaBackend::destroy_streams() {
 // A stage of a split model names its GPU ("CUDA:1"), the whole model on one
 // GPU is "CUDA".
 std::string CudaBackend::name() const {
-  return holds_input() && holds_output() ? "CUDA" : "CUDA:" + std::to_string(options_.device);
+  return holds_input() && holds_output() && !sharded() ? "CUDA" : "CUDA:" + std::to_string(options_.device);
 }
 
 // Copies weights from the mapping to the device through two pinned buffers
@@ -164,13 +185,22 @@ class CudaBackend::Uploader {
     cudaStreamSynchronize(stream_);
     for (auto e : done_) cudaEventDestroy(e);
   }
-  void copy(void* dst, const uint8_t* src, size_t bytes) {
-    for (size_t offset = 0; offset < bytes; offset += kStagingBytes) {
-      const size_t n = std::min(kStagingBytes, bytes - offset);
+  void copy(void* dst, const uint8_t* src, size_t bytes) { copy_rows(dst, src, 1, bytes, bytes); }
+  // `rows` runs of `bytes` each, `stride` bytes apart in src, packed back
+  // to back at dst (a slice of every row's columns).
+  void copy_rows(void* dst, const uint8_t* src, size_t rows, size_t stride, size_t bytes) {
+    const size_t total = rows * bytes;
+    for (size_t offset = 0; offset < total; offset += kStagingBytes) {
+      const size_t n = std::min(kStagingBytes, total - offset);
       M40_CUDA_CHECK(cudaEventSynchronize(done_[next_]));  // this buffer's previous copy has finished
-      std::memcpy(staging_[next_].as<uint8_t>(), src + offset, n);
-      M40_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + offset, staging_[next_].as<uint8_t>(), n,
-                                     cudaMemcpyHostToDevice, stream_));
+      uint8_t* staging = staging_[next_].as<uint8_t>();
+      for (size_t done = 0; done < n;) {  // the pieces of rows this chunk covers
+        const size_t at = offset + done, row = at / bytes, in_row = at % bytes;
+        const size_t piece = std::min(bytes - in_row, n - done);
+        std::memcpy(staging + done, src + row * stride + in_row, piece);
+        done += piece;
+      }
+      M40_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + offset, staging, n, cudaMemcpyHostToDevice, stream_));
       M40_CUDA_CHECK(cudaEventRecord(done_[next_], stream_));
       next_ ^= 1;
     }
@@ -192,6 +222,19 @@ DeviceWeight CudaBackend::upload_matrix(const model::WeightView& w, Uploader& up
   d.cols = static_cast<int64_t>(w.cols);
   d.rows = static_cast<int64_t>(w.rows);
   d.row_bytes = w.row_bytes;
+  d.data = dst;
+  return d;
+}
+
+DeviceWeight CudaBackend::upload_columns(const model::WeightView& w, uint64_t first, uint64_t end, Uploader& uploader) {
+  const model::ColumnSlice slice = model::column_slice(w, first, end);
+  void* dst = weights_arena_.take(slice.bytes * w.rows);
+  uploader.copy_rows(dst, w.data + slice.offset, w.rows, w.row_bytes, slice.bytes);
+  DeviceWeight d;
+  d.type = w.type;
+  d.cols = static_cast<int64_t>(end - first);
+  d.rows = static_cast<int64_t>(w.rows);
+  d.row_bytes = slice.bytes;
   d.data = dst;
   return d;
 }
@@ -248,8 +291,8 @@ void CudaBackend::upload_weights(const model::ModelWeights& weights) {
   Uploader up(copy_stream_);
   // A stage holds the token embedding where it begins at layer 0 (or its
   // tied head reads it), the output norm and head where it ends at the last.
-  if (holds_input() || (holds_output() && weights.tied_output)) token_embd_ = upload_matrix(weights.token_embd, up);
-  if (holds_output()) {
+  if (holds_input() || (computes_output() && weights.tied_output)) token_embd_ = upload_matrix(weights.token_embd, up);
+  if (computes_output()) {
     output_ = weights.tied_output ? token_embd_ : upload_matrix(weights.output, up);
     output_norm_ = upload_vector(weights.output_norm);
   }
@@ -259,19 +302,32 @@ void CudaBackend::upload_weights(const model::ModelWeights& weights) {
   for (int li = stage_.first; li < stage_.end; ++li) {
     const model::LayerWeights& l = weights.layers[static_cast<size_t>(li)];
     LayerOnDevice d{};
+    // A row split's shard takes its rows of Q, K, V, gate and up, its
+    // columns of the output and down products and its entries of the Q/K/V
+    // biases (shard_rows_ covers everything for the whole model).
+    const model::ShardRows& r = shard_rows_;
+    const auto rows = [&](const model::WeightView& w, uint64_t first, uint64_t end) {
+      return sharded() && w.present() ? model::row_range(w, first, end - first, "shard") : w;
+    };
+    const auto entries = [&](const model::WeightView& w, uint64_t first, uint64_t end) {
+      return sharded() && w.present() ? model::element_range(w, first, end - first, "shard") : w;
+    };
+    const auto columns = [&](const model::WeightView& w, uint64_t first, uint64_t end) {
+      return sharded() && w.present() ? upload_columns(w, first, end, up) : upload_matrix(w, up);
+    };
     d.attn_norm = upload_vector(l.attn_norm);
-    d.wq = upload_matrix(l.wq, up);
-    d.wk = upload_matrix(l.wk, up);
-    d.wv = upload_matrix(l.wv, up);
-    d.wo = upload_matrix(l.wo, up);
+    d.wq = upload_matrix(rows(l.wq, r.q_first, r.q_end), up);
+    d.wk = upload_matrix(rows(l.wk, r.kv_first, r.kv_end), up);
+    d.wv = upload_matrix(rows(l.wv, r.kv_first, r.kv_end), up);
+    d.wo = columns(l.wo, r.q_first, r.q_end);
     d.ffn_norm = upload_vector(l.ffn_norm);
-    d.w_gate = upload_matrix(l.w_gate, up);
-    d.w_up = upload_matrix(l.w_up, up);
-    d.w_down = upload_matrix(l.w_down, up);
+    d.w_gate = upload_matrix(rows(l.w_gate, r.ff_first, r.ff_end), up);
+    d.w_up = upload_matrix(rows(l.w_up, r.ff_first, r.ff_end), up);
+    d.w_down = columns(l.w_down, r.ff_first, r.ff_end);
     // The vectors after the matrices, which must stay back to back.
-    d.bq = upload_vector(l.bq);
-    d.bk = upload_vector(l.bk);
-    d.bv = upload_vector(l.bv);
+    d.bq = upload_vector(entries(l.bq, r.q_first, r.q_end));
+    d.bk = upload_vector(entries(l.bk, r.kv_first, r.kv_end));
+    d.bv = upload_vector(entries(l.bv, r.kv_first, r.kv_end));
     d.bo = upload_vector(l.bo);
     d.q_norm = upload_vector(l.q_norm);
     d.k_norm = upload_vector(l.k_norm);
@@ -432,13 +488,22 @@ template <class Product>
 bool CudaBackend::join_branch(Product&& product, const float* bias, const float* post_norm, int n, const char* stage,
                               const float* next_norm) {
   const BranchJoin join{bias, post_norm, hparams_.rms_eps, hparams_.residual_scale};
-  if (join.plain()) {
+  if (sharded()) {
+    // This shard's partial sum of the branch, the shards' sum in xn_ (free
+    // once the branch's input products have read it), then the join.
+    const int shard = options_.shard.index;
+    product(options_.exchange->partial(shard), nullptr);
+    stage_timer_.mark(stream_, stage);
+    options_.exchange->all_reduce(shard, xn_, int64_t{n} * hparams_.n_embd, stream_);
+    stage_timer_.mark(stream_, "shard_all_reduce");
+  } else if (join.plain()) {
     product(x_, x_);  // residual add fused: x += branch
     stage_timer_.mark(stream_, stage);
     return false;
+  } else {
+    product(xn_, nullptr);
+    stage_timer_.mark(stream_, stage);
   }
-  product(xn_, nullptr);
-  stage_timer_.mark(stream_, stage);
   // The join also normalizes x for the next stage, over the branch in xn.
   add_branch(x_, xn_, join, n, static_cast<int>(hparams_.n_embd), stream_, NextNorm{next_norm, next_norm ? xn_ : nullptr});
   stage_timer_.mark(stream_, "branch_join");
@@ -534,30 +599,20 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   // and the attention is sized for the whole context so the graph stays valid.
   // (Stage timing runs the steps eagerly: events inside graphs do not time.)
   // (A stage before the last computes no outputs: any few tokens qualify.)
+  // (A row split's shards decide alike: each holds the last layer.)
   const bool outputs_fit =
       !holds_output() || (all_want_logits && !batch.output_embeddings && n <= max_logit_rows_);
   const bool decode_step = options_.use_graphs && !stage_timer_.enabled() && outputs_fit && n <= kMaxMatvecTokens;
   if (decode_step) {
     auto it = decode_graphs_.find(n);
-    if (it == decode_graphs_.end()) {
-      cudaGraph_t graph = nullptr;
-      M40_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      try {
-        enqueue_layers(n, options_.n_ctx);
-        if (holds_output()) enqueue_output(x_, n);
-      } catch (...) {
-        cudaStreamEndCapture(stream_, &graph);
-        if (graph != nullptr) cudaGraphDestroy(graph);
-        throw;
-      }
-      M40_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t status = cudaGraphInstantiateWithFlags(&exec, graph, 0);  // same signature in CUDA 11.8 and 13
-      cudaGraphDestroy(graph);
-      M40_CUDA_CHECK(status);
-      it = decode_graphs_.emplace(n, exec).first;
+    if (it == decode_graphs_.end()) it = decode_graphs_.emplace(n, capture_decode_graph(n)).first;
+    if (sharded()) {
+      // One graph over every shard's GPU, launched by shard 0.
+      options_.exchange->launch(options_.shard.index, stream_, it->second);
+      if (!computes_output()) return;
+    } else {
+      M40_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     }
-    M40_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     if (!holds_output()) {
       hand_over();
       return;
@@ -584,6 +639,11 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   enqueue_layers(n, max_positions, n_single, max_single_positions);
   if (!holds_output()) {
     hand_over();
+    stage_timer_.collect();
+    return;
+  }
+  if (!computes_output()) {  // a row split's shard other than 0
+    M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
     stage_timer_.collect();
     return;
   }
@@ -614,6 +674,37 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   }
   M40_CUDA_CHECK(cudaStreamSynchronize(stream_));
   stage_timer_.collect();
+}
+
+cudaGraphExec_t CudaBackend::capture_decode_graph(int n) {
+  cudaGraph_t graph = nullptr;
+  if (sharded()) {
+    // Shard 0's stream captures; the other shards' streams join it.
+    options_.exchange->begin_capture(options_.shard.index, stream_);
+  } else {
+    M40_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  }
+  try {
+    enqueue_layers(n, options_.n_ctx);
+    if (computes_output()) enqueue_output(x_, n);
+  } catch (...) {
+    if (!sharded() || options_.shard.index == 0) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+    }
+    throw;
+  }
+  if (sharded()) {
+    graph = options_.exchange->end_capture(options_.shard.index, stream_);
+    if (graph == nullptr) return nullptr;  // shard 0 holds the step's graph
+  } else {
+    M40_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t status = cudaGraphInstantiateWithFlags(&exec, graph, 0);  // same signature in CUDA 11.8 and 13
+  cudaGraphDestroy(graph);
+  M40_CUDA_CHECK(status);
+  return exec;
 }
 
 void CudaBackend::copy_hidden_states(const backend::Batch& batch, size_t begin, int n, float* out, size_t& rows_written) {
@@ -681,6 +772,15 @@ void CudaBackend::forward_stage(const backend::Batch& batch, std::span<float> hi
   tables_.check_stage(batch, hidden.size(), out.size(), static_cast<int>(hparams_.n_vocab),
                       static_cast<int>(hparams_.n_embd), holds_input(), holds_output());
   run_step(batch, hidden.data(), out.data());
+}
+
+void CudaBackend::forward_shard(const backend::Batch& batch, std::span<float> out) {
+  if (computes_output()) {
+    tables_.check(batch, out.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
+  } else {
+    tables_.check_tokens(batch, static_cast<int>(hparams_.n_vocab));
+  }
+  run_step(batch, nullptr, out.data());
 }
 
 void CudaBackend::run_step(const backend::Batch& batch, float* hidden, float* out) {

@@ -18,8 +18,10 @@
 #include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/memory_plan.h"
+#include "backends/cuda/shard_exchange.h"
 #include "backends/cuda/stage_timer.h"
 #include "model/hparams.h"
+#include "model/row_split.h"
 #include "model/weights.h"
 
 namespace m40::cuda {
@@ -37,6 +39,11 @@ struct CudaBackendOptions {
   // stage of a model split over devices (Backend::forward_stage), holding
   // those layers' weights and K/V only (PlanShape::layers).
   backend::LayerRange layers{};
+  // One shard of a row split (model/row_split.h; RowSplitBackend runs them):
+  // this GPU's slices of every layer, its branches' partial sums added to
+  // the other shards' through `exchange`; shard 0 computes the outputs.
+  model::RowShard shard{};
+  ShardExchange* exchange = nullptr;
 };
 
 class CudaBackend : public backend::Backend {
@@ -61,6 +68,10 @@ class CudaBackend : public backend::Backend {
   void forward(const backend::Batch& batch, std::span<float> logits) override;
   backend::LayerRange layers() const override { return stage_; }
   void forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) override;
+  // A row split's step on this shard (RowSplitBackend calls every shard's
+  // at once, each on its own thread): shard 0 writes the logits (or hidden
+  // states) to `out`, the others take an empty span.
+  void forward_shard(const backend::Batch& batch, std::span<float> out);
 
  private:
   struct LayerOnDevice {
@@ -94,6 +105,9 @@ class CudaBackend : public backend::Backend {
   void destroy_streams();
   void upload_weights(const model::ModelWeights& weights);
   DeviceWeight upload_matrix(const model::WeightView& w, Uploader& uploader);
+  // Columns [first, end) of every row of w (a row split's share of the
+  // output and down products).
+  DeviceWeight upload_columns(const model::WeightView& w, uint64_t first, uint64_t end, Uploader& uploader);
   // Expert e's gate rows then its up rows, for every expert: one matrix of
   // n_expert x (gate rows + up rows).
   DeviceWeight upload_interleaved(const std::vector<model::WeightView>& gate, const std::vector<model::WeightView>& up,
@@ -120,6 +134,11 @@ class CudaBackend : public backend::Backend {
   // The FFN of a mixture-of-experts layer on xn_ (moe.h), joined like
   // enqueue_branch_output.
   bool enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* next_norm);
+  // Captures a decode step of n tokens (the layers, and the outputs where
+  // this GPU computes them) as a graph; a row split's shards capture one
+  // graph together (ShardExchange::begin_capture), which shard 0 gets, the
+  // others null.
+  cudaGraphExec_t capture_decode_graph(int n);
   // Final norm and output head (with the logits' scale and soft-cap) for
   // n_out consecutive hidden-state rows.
   void enqueue_output(const float* rows, int n_out);
@@ -132,6 +151,10 @@ class CudaBackend : public backend::Backend {
   void run_step(const backend::Batch& batch, float* hidden, float* out);
   bool holds_input() const { return stage_.first == 0; }
   bool holds_output() const { return stage_.end == static_cast<int>(hparams_.n_layer); }
+  // Holds the last layer and is the shard that computes the outputs (the
+  // only one of a row split that holds the output head).
+  bool computes_output() const { return holds_output() && options_.shard.index == 0; }
+  bool sharded() const { return !options_.shard.whole(); }
   // Batch::output_embeddings: the final norm of the chunk's n hidden states
   // (in x_), the wanted rows copied to `out` (n_embd floats each); no
   // output head.
@@ -139,8 +162,9 @@ class CudaBackend : public backend::Backend {
   // Enqueues the upload of the block tables when set_blocks changed them.
   void upload_tables();
 
-  model::ModelHparams hparams_;
+  model::ModelHparams hparams_;  // a row split's shard: its own heads and FFN width (model::shard_hparams)
   CudaBackendOptions options_;
+  model::ShardRows shard_rows_;   // the rows (and columns) of the model's matrices this GPU holds
   backend::LayerRange stage_;  // the layers on this GPU; layers_[i] is layer stage_.first + i
   std::string device_name_;
   MemoryPlan plan_;
@@ -183,7 +207,7 @@ class CudaBackend : public backend::Backend {
   PinnedBuffer host_hidden_;  // a stage's hand-over: max_batch x n_embd
   int max_logit_rows_ = 32;
 
-  std::map<int, cudaGraphExec_t> decode_graphs_;  // by batch size
+  std::map<int, cudaGraphExec_t> decode_graphs_;  // by batch size (null: a row split's shard other than 0)
   StageTimer stage_timer_;  // M40_CUDA_STAGE_TIMES=1: GPU time per stage, printed at the end
 };
 

@@ -42,10 +42,13 @@ std::string MemoryPlan::describe() const {
          ", reserve " + gib(reserve) + ")";
 }
 
-MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights& w, const PlanShape& shape) {
+MemoryPlan plan_memory(const model::ModelHparams& model_hp, const model::ModelWeights& w, const PlanShape& shape) {
   MemoryPlan plan;
+  // The dimensions one shard computes with (the model's for no split).
+  const model::ModelHparams hp = model::shard_hparams(model_hp, shape.shard);
   const backend::LayerRange stage = backend::resolve_layers(shape.layers, static_cast<int>(hp.n_layer));
-  const bool holds_input = stage.first == 0, holds_output = stage.end == static_cast<int>(hp.n_layer);
+  const bool holds_input = stage.first == 0;
+  const bool holds_output = stage.end == static_cast<int>(hp.n_layer) && shape.shard.index == 0;
   // The rope factors: only the set the context size selects goes up.
   const model::WeightView* rope_factors = w.rope_factors(hp, static_cast<uint32_t>(std::max(shape.n_ctx, 0)));
   // A tied head reads the token embedding.
@@ -53,11 +56,21 @@ MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights&
   plan.weights = (embedding ? weight_bytes(w.token_embd) : 0) + (holds_output ? weight_bytes(w.output_norm) : 0) +
                  (rope_factors != nullptr ? weight_bytes(*rope_factors) : 0) +
                  (holds_output && !w.tied_output ? weight_bytes(w.output) : 0);
+  // A shard's slices (model/row_split.h); the whole model's for no split.
+  const model::ShardRows r = model::shard_rows(model_hp, shape.shard);
+  const auto rows = [](const model::WeightView& v, uint64_t n) { return v.present() ? Arena::aligned(v.row_bytes * n) : 0; };
+  const auto columns = [](const model::WeightView& v, uint64_t first, uint64_t end) {
+    return v.present() ? Arena::aligned(v.rows * model::column_slice(v, first, end).bytes) : 0;
+  };
+  const auto floats = [](const model::WeightView& v, uint64_t n) { return v.present() ? Arena::aligned(n * sizeof(float)) : 0; };
   for (int li = stage.first; li < stage.end; ++li) {
     const model::LayerWeights& l = w.layers[static_cast<size_t>(li)];
+    const uint64_t q = r.q_end - r.q_first, kv = r.kv_end - r.kv_first, ff = r.ff_end - r.ff_first;
+    plan.weights += rows(l.wq, q) + rows(l.wk, kv) + rows(l.wv, kv) + columns(l.wo, r.q_first, r.q_end) +
+                    floats(l.bq, q) + floats(l.bk, kv) + floats(l.bv, kv) + rows(l.w_gate, ff) + rows(l.w_up, ff) +
+                    columns(l.w_down, r.ff_first, r.ff_end);
     for (const model::WeightView* v :
-         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo, &l.bo,
-          &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm}) {
+         {&l.attn_norm, &l.q_norm, &l.k_norm, &l.bo, &l.post_attn_norm, &l.ffn_norm, &l.post_ffn_norm}) {
       plan.weights += weight_bytes(*v);
     }
     // Expert tensors go up whole (every expert's matrix, back to back).
@@ -79,6 +92,9 @@ MemoryPlan plan_memory(const model::ModelHparams& hp, const model::ModelWeights&
                  static_cast<uint64_t>(std::max(shape.n_seq, 0)) * backend::kv_blocks_for(std::max(shape.n_ctx, 0)) *
                      sizeof(int32_t) +  // the block tables
                  16 * Arena::kAlignment;
+  if (!shape.shard.whole()) {  // ShardExchange::buffer_floats
+    plan.scratch += Arena::aligned((2ull + static_cast<uint64_t>(shape.shard.count)) * shape.max_batch * hp.n_embd * sizeof(float));
+  }
   if (hp.has_experts()) {
     // Per token the router's logits; per slot (token x chosen expert) its
     // id, weight, two sort indices and work item (16 bytes), the gathered

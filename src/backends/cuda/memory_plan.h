@@ -9,6 +9,7 @@
 #include "backends/backend.h"
 #include "backends/cuda/layer_kernels.h"
 #include "model/hparams.h"
+#include "model/row_split.h"
 #include "model/weights.h"
 
 namespace m40::cuda {
@@ -33,6 +34,10 @@ struct PlanShape {
   // devices holds those layers' weights and K/V, the token embedding where
   // it begins at layer 0, the output norm and head where it ends at the last.
   backend::LayerRange layers{};
+  // A shard of a row split (model/row_split.h): its slices of each layer's
+  // matrices and its heads' K/V, the token embedding, the output head on
+  // shard 0 only, and the exchange's buffers (ShardExchange).
+  model::RowShard shard{};
   // The pool's blocks, kv_blocks or its default.
   int kv_pool_blocks() const;
 };

@@ -186,6 +186,7 @@ TEST(CudaOffload, MakeBackendSplitsWhereAskedOrWhereTheBudgetEnds) {
   const auto model = model::LoadedModel::open(path.string());
   engine::BackendOptions o;
   o.n_ctx = 64;
+  o.gpus = {0};  // one GPU and the CPU, on a machine with more GPUs too
   o.gpu_layers = 2;
   auto asked = engine::make_backend(*model, o);
   EXPECT_EQ(asked->name(), "CPU (layers 0-0) + CUDA:0 (layers 1-2)");
