@@ -1,7 +1,8 @@
 // A model divided by rows (RowSplitBackend, model/row_split.h) answers as
 // the whole model does on the CPU, within the CUDA tests' tolerance: a
 // prompt read at once (logits at every position), a second sequence,
-// decode steps of both, and a block copied on write. Two shards on one GPU
+// decode steps of both (one graph over the shards), a step mixing a decode
+// token with a prompt chunk, and a block copied on write. Two shards on one GPU
 // stand in for two GPUs (the exchange's copies are then device-local);
 // with two GPUs the shards also run on both. The shards' memory plans
 // divide the KV cache between them (runs without a GPU).
@@ -23,13 +24,12 @@
 #include "engine/backend_factory.h"
 #include "model/loaded_model.h"
 #include "model/row_split.h"
+#include "split_logits.h"
 #include "test_paths.h"
 
 using namespace m40;
 
 namespace {
-
-float tolerance_for(const std::string& model) { return model.rfind("arch/", 0) == 0 ? 6e-3f : 2e-3f; }
 
 struct RowSplitCase {
   std::string model;
@@ -48,23 +48,9 @@ class CudaRowSplit : public ::testing::TestWithParam<RowSplitCase> {
     model_ = model::LoadedModel::open(path.string());
   }
   void expect_close(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) const {
-    const size_t n_vocab = model_->hparams.n_vocab;
-    ASSERT_EQ(want.size(), got.size());
-    const float tol = tolerance_for(GetParam().model);
-    for (size_t r = 0; r < want.size() / n_vocab; ++r) {
-      float worst = 0.0f;
-      for (size_t i = 0; i < n_vocab; ++i) {
-        const float d = std::isnan(got[r * n_vocab + i]) ? INFINITY : std::abs(want[r * n_vocab + i] - got[r * n_vocab + i]);
-        worst = std::max(worst, d);
-      }
-      EXPECT_LE(worst, tol) << what << ", row " << r;
-    }
+    test::expect_rows_close(want, got, model_->hparams.n_vocab, test::split_tolerance_for(GetParam().model), what);
   }
-  static std::vector<float> run(backend::Backend& b, const backend::Batch& batch) {
-    std::vector<float> out(batch.logits_count() * static_cast<size_t>(b.n_vocab()), NAN);
-    b.forward(batch, out);
-    return out;
-  }
+  static std::vector<float> run(backend::Backend& b, const backend::Batch& batch) { return test::forward_logits(b, batch); }
   std::unique_ptr<model::LoadedModel> model_;
 };
 
@@ -95,6 +81,11 @@ TEST_P(CudaRowSplit, GivesTheWholeModelsLogits) {
     batch.add(token(300 + step), 5 + step, 1, true);
     expect_close(run(reference, batch), run(split, batch), "decode step " + std::to_string(step));
   }
+  // A mixed step: sequence 0's decode token, then a chunk of sequence 1.
+  batch.clear();
+  batch.add(token(500), 24, 0, true);
+  for (int p = 9; p < 12; ++p) batch.add(token(600 + p), p, 1, p == 11);
+  expect_close(run(reference, batch), run(split, batch), "a mixed step");
   // Sequence 1 continues from a copy of sequence 0's first block (copy on
   // write of a shared prefix): both backends copy, then read it.
   const int per_seq = backend::kv_blocks_for(64);

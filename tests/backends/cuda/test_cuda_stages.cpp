@@ -25,6 +25,7 @@
 #include "engine/backend_factory.h"
 #include "common/error.h"
 #include "model/loaded_model.h"
+#include "split_logits.h"
 #include "test_paths.h"
 
 using namespace m40;
@@ -32,10 +33,6 @@ using namespace m40;
 namespace {
 
 using backend::LayerRange;
-
-// The CUDA tests' bounds (test_cuda_backend.cpp): the llama models agree
-// with the CPU within 2e-3, the architectures' tiny random models within 6e-3.
-float tolerance_for(const std::string& model) { return model.rfind("arch/", 0) == 0 ? 6e-3f : 2e-3f; }
 
 enum class Layout { CudaThenCpu, CpuThenCuda, CudaThenCuda };
 
@@ -82,25 +79,10 @@ class CudaStages : public ::testing::TestWithParam<StageCase> {
     }
     return std::make_unique<backend::PipelineBackend>(std::move(stages), n);
   }
-  // Every row of `got` within the tolerance of `want`.
   void expect_close(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) const {
-    const size_t n_vocab = model_->hparams.n_vocab;
-    ASSERT_EQ(want.size(), got.size());
-    const float tol = tolerance_for(GetParam().model);
-    for (size_t r = 0; r < want.size() / n_vocab; ++r) {
-      float worst = 0.0f;
-      for (size_t i = 0; i < n_vocab; ++i) {
-        const float d = std::isnan(got[r * n_vocab + i]) ? INFINITY : std::abs(want[r * n_vocab + i] - got[r * n_vocab + i]);
-        worst = std::max(worst, d);
-      }
-      EXPECT_LE(worst, tol) << what << ", row " << r;
-    }
+    test::expect_rows_close(want, got, model_->hparams.n_vocab, test::split_tolerance_for(GetParam().model), what);
   }
-  static std::vector<float> run(backend::Backend& b, const backend::Batch& batch) {
-    std::vector<float> out(batch.logits_count() * static_cast<size_t>(b.n_vocab()), NAN);
-    b.forward(batch, out);
-    return out;
-  }
+  static std::vector<float> run(backend::Backend& b, const backend::Batch& batch) { return test::forward_logits(b, batch); }
   std::unique_ptr<model::LoadedModel> model_;
 };
 
@@ -216,7 +198,7 @@ TEST(CudaOffload, MakeBackendSplitsWhereAskedOrWhereTheBudgetEnds) {
     worst = std::max({worst, std::isnan(got[i]) ? INFINITY : std::abs(got[i] - want[i]),
                       std::isnan(got2[i]) ? INFINITY : std::abs(got2[i] - want[i])});
   }
-  EXPECT_LE(worst, tolerance_for("arch/"));
+  EXPECT_LE(worst, test::split_tolerance_for("arch/"));
 }
 
 // --gpus 0,1 --tensor-split 1,1: the layers over two GPUs (2 and 1 of
@@ -253,7 +235,7 @@ TEST(CudaOffload, TwoGpusSplitTheLayers) {
     split->forward(batch, got);
     float worst = 0.0f;
     for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::isnan(got[i]) ? INFINITY : std::abs(got[i] - want[i]));
-    EXPECT_LE(worst, tolerance_for("arch/")) << "step " << step;
+    EXPECT_LE(worst, test::split_tolerance_for("arch/")) << "step " << step;
   }
 }
 
