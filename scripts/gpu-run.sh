@@ -17,7 +17,9 @@
 #                 the build dependencies)
 #   --sanitize    also run test_cuda under compute-sanitizer (memcheck and
 #                 racecheck) on the kernel tests
-#   --quick       skip the 7B-shaped end-to-end benchmarks
+#   --quick       skip the 7B-shaped end-to-end benchmarks (and, on two or
+#                 more GPUs, the 70B-shaped Q4_K_M split by layers and by
+#                 rows over GPUs 0 and 1 under --vram 24G each)
 #
 # The 7B-shaped models (Llama-2-7B shape, random weights: F16, Q8_0, Q4_K_M,
 # Q4_0, and the Q3_K_M, Q2_K and IQ4_XS mixes that fit larger models on a
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
     --bin) bin_dir=$2; shift 2 ;;
     --sanitize) sanitize=1; shift ;;
     --quick) quick=1; shift ;;
-    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
     *) m40_die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -172,6 +174,30 @@ if [ "$quick" = 0 ]; then
   done
   "$m40" run "$models/llama2-7b-f16.gguf" "hi" -n 1 --vram 8G > /dev/null 2> "$out/vram_refusal.txt"
   row "7B F16 with --vram 8G" "exit $?: $(tail -n 1 "$out/vram_refusal.txt" | cut -c1-150)"
+fi
+
+# --- two GPUs: a 70B-shaped Q4_K_M split by layers and by rows ----------------------
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+if [ "$quick" = 0 ] && [ "$gpus" -ge 2 ]; then
+  file="$models/llama2-70b-q4_k_m.gguf"  # 38.5 GiB: two 24 GB cards
+  if [ ! -f "$file" ]; then
+    m40_log "gpu-run: gen-model $file"
+    "$m40" gen-model "$file" --shape llama2-7b --layers 80 --embd 8192 --ff 28672 --heads 64 --kv-heads 8 --type q4_k_m \
+      --tokenizer-from "$M40_SHARED_DIR/models/llama-2-tiny-random.gguf" >> "$out/gen-model.log" 2>&1 ||
+      { rm -f "$file"; row "gen-model 70B" "failed (gen-model.log)"; failures=$((failures + 1)); }
+  fi
+  : > "$out/bench_70b.md"
+  for mode in layer row; do
+    [ -f "$file" ] || break
+    m40_log "gpu-run: bench 70B, split by $mode"
+    "$m40" bench "$file" -p 512 -n 32 -b 1 8 -r 2 --gpus 0,1 --vram 24G --split-mode "$mode" >> "$out/bench_70b.md" 2>&1
+    status=$?
+    while IFS= read -r line; do
+      row "70B Q4_K_M split by $mode $(echo "$line" | awk -F'|' '{print $7}' | tr -d ' ')" \
+        "$(echo "$line" | awk -F'|' '{print $8}' | tr -s ' ') t/s"
+    done < <(grep -E "^\| llama " "$out/bench_70b.md" | grep -E "$([ "$mode" = row ] && echo 'row split' || echo 'layers')")
+    [ "$status" = 0 ] || { row "bench 70B split by $mode" "exit $status"; failures=$((failures + 1)); }
+  done
 fi
 
 echo >> "$summary"
