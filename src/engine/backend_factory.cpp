@@ -286,6 +286,22 @@ std::unique_ptr<backend::Backend> make_row_split_backend(const model::LoadedMode
   }
   std::fprintf(stderr, "note: with a context of %d: every layer divided by rows: %s; the output head on GPU %d\n", n_ctx,
                where.c_str(), gpus.front());
+  // What each GPU reads a token: its share of the weights (the token
+  // embedding a row, unless shard 0's tied head reads it all).
+  std::vector<PlacedStage> parts;
+  std::vector<uint64_t> reads;
+  std::vector<double> bandwidth;
+  const uint64_t embedding = model.weights.token_embd.rows * model.weights.token_embd.row_bytes;
+  for (const model::RowShard& shard : shards) {
+    const cuda::PlanShape shape{n_ctx, options.n_seq, cuda_options.max_batch, 32, cuda_options.kv_blocks,
+                                options.kv_type, {}, shard};
+    const uint64_t weights = cuda::plan_memory(model.hparams, model.weights, shape).weights;
+    const bool reads_table = shard.index == 0 && model.weights.tied_output;
+    parts.push_back({shard.index, {0, static_cast<int>(model.hparams.n_layer)}});
+    reads.push_back(reads_table || weights < embedding ? weights : weights - embedding);
+    bandwidth.push_back(cuda::device_info(gpus[static_cast<size_t>(shard.index)]).peak_memory_bandwidth_gb_per_s());
+  }
+  std::fprintf(stderr, "note: %s\n", describe_decode_reads(parts, reads, bandwidth, gpus, true).c_str());
   return std::make_unique<cuda::RowSplitBackend>(model.hparams, model.weights, cuda_options, gpus, shares);
 }
 #endif

@@ -105,7 +105,8 @@ std::string describe_placement(const std::vector<PlacedStage>& stages, int n_lay
 }
 
 std::string describe_decode_reads(const std::vector<PlacedStage>& stages, const std::vector<uint64_t>& bytes,
-                                  const std::vector<double>& gpu_gb_per_s, const std::vector<int>& devices) {
+                                  const std::vector<double>& gpu_gb_per_s, const std::vector<int>& devices,
+                                  bool at_once) {
   std::string out = "a decode token reads ";
   double gpu_seconds = 0.0;
   bool cpu_part = false, bandwidth_known = true;
@@ -125,7 +126,7 @@ std::string describe_decode_reads(const std::vector<PlacedStage>& stages, const 
       continue;
     }
     const double seconds = static_cast<double>(bytes[i]) / (gb_per_s * 1e9);
-    gpu_seconds += seconds;
+    gpu_seconds = at_once ? std::max(gpu_seconds, seconds) : gpu_seconds + seconds;
     char part[64];
     std::snprintf(part, sizeof part, " (%.1f ms at %.0f GB/s)", seconds * 1e3, gb_per_s);
     out += part;

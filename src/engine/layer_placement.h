@@ -51,8 +51,11 @@ std::string describe_placement(const std::vector<PlacedStage>& stages, int n_lay
 // bandwidth (`gpu_gb_per_s`, by the GPU's index; 0 where unknown), the
 // time its part takes and the speed the GPUs' parts allow: "a decode token
 // reads 1.20 GB on the CPU and 3.10 GB on GPU 0 (10.8 ms at 288 GB/s): at
-// most 92 tokens/s, less the CPU's part at its memory bandwidth".
+// most 92 tokens/s, less the CPU's part at its memory bandwidth". With
+// `at_once` the GPUs read their parts at the same time (a row split: the
+// slowest part bounds the speed) instead of one after another.
 std::string describe_decode_reads(const std::vector<PlacedStage>& stages, const std::vector<uint64_t>& bytes,
-                                  const std::vector<double>& gpu_gb_per_s, const std::vector<int>& devices);
+                                  const std::vector<double>& gpu_gb_per_s, const std::vector<int>& devices,
+                                  bool at_once = false);
 
 }  // namespace m40::engine

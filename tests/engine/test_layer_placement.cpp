@@ -130,6 +130,10 @@ TEST(LayerPlacement, SaysWhatADecodeTokenReadsAndTheSpeedItAllows) {
   EXPECT_EQ(engine::describe_decode_reads({{0, {0, 8}}, {1, {8, 32}}}, {gib, 2 * gib}, {288.0, 288.0}, {0, 1}),
             "a decode token reads 1.00 GiB on GPU 0 (3.7 ms at 288 GB/s) and 2.00 GiB on GPU 1 (7.5 ms at 288 GB/s): at most "
             "89 tokens/s");
+  // A row split: the GPUs read their shares at once, the slower bounds (7.5 ms).
+  EXPECT_EQ(engine::describe_decode_reads({{0, {0, 32}}, {1, {0, 32}}}, {gib, 2 * gib}, {288.0, 288.0}, {0, 1}, true),
+            "a decode token reads 1.00 GiB on GPU 0 (3.7 ms at 288 GB/s) and 2.00 GiB on GPU 1 (7.5 ms at 288 GB/s): at most "
+            "134 tokens/s");
   // A bandwidth the driver does not give: no speed.
   EXPECT_EQ(engine::describe_decode_reads({{0, {0, 32}}}, {gib}, {0.0}, {0}), "a decode token reads 1.00 GiB on GPU 0");
 }
