@@ -132,10 +132,22 @@ class Backend {
   // holds the last layer writes `out` as forward() writes its logits.
   // Throws m40::Error as forward() does, or for a `hidden` too small.
   virtual void forward_stage(const Batch& batch, std::span<float> hidden, std::span<float> out);
+
+  // --- A shard of a model split by rows (row_split/row_split_backend.h) ----
+  // One step over every layer on this shard's slices, while the other
+  // shards run theirs on their own threads and their branches' partial sums
+  // are added through the group they share: shard 0 writes `out` as
+  // forward() writes its logits, the others take an empty span. Throws
+  // m40::Error as forward() does, before any work.
+  virtual void forward_shard(const Batch& batch, std::span<float> out);
 };
 
 inline void Backend::forward_stage(const Batch&, std::span<float>, std::span<float>) {
   throw Error("the " + name() + " backend cannot run as one stage of a model split over devices");
+}
+
+inline void Backend::forward_shard(const Batch&, std::span<float>) {
+  throw Error("the " + name() + " backend cannot run as one shard of a model split by rows");
 }
 
 }  // namespace m40::backend

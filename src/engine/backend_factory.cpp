@@ -17,7 +17,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/memory_plan.h"
-#include "backends/cuda/row_split_backend.h"
+#include "backends/cuda/row_split.h"
 #endif
 
 namespace m40::engine {
@@ -302,7 +302,7 @@ std::unique_ptr<backend::Backend> make_row_split_backend(const model::LoadedMode
     bandwidth.push_back(cuda::device_info(gpus[static_cast<size_t>(shard.index)]).peak_memory_bandwidth_gb_per_s());
   }
   std::fprintf(stderr, "note: %s\n", describe_decode_reads(parts, reads, bandwidth, gpus, true).c_str());
-  return std::make_unique<cuda::RowSplitBackend>(model.hparams, model.weights, cuda_options, gpus, shares);
+  return cuda::make_row_split_backend(model.hparams, model.weights, cuda_options, gpus, shares);
 }
 #endif
 

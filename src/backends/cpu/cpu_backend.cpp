@@ -29,13 +29,21 @@ std::vector<float> vector_of(const model::WeightView& w) {
 
 CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights,
                        CpuBackendOptions options)
-    : hparams_(hparams),
-      weights_(weights),
+    : hparams_(model::shard_hparams(hparams, options.shard)),
+      weights_(&weights),
       options_(options),
       layers_(backend::resolve_layers(options.layers, static_cast<int>(hparams.n_layer))),
       pool_(options.threads),
-      kv_(layers_.size(), pool_blocks(options), static_cast<int>(hparams.kv_dim()), options.kv_type),
+      kv_(layers_.size(), pool_blocks(options), static_cast<int>(hparams_.kv_dim()), options.kv_type),
       tables_(options.n_seq, options.n_ctx, pool_blocks(options)) {
+  if (!options.shard.whole()) {
+    if (options.sums == nullptr || options.sums->count() != options.shard.count) {
+      throw Error("a row split's shard needs the group of its shards");
+    }
+    if (layers_.size() != static_cast<int>(hparams.n_layer)) throw Error("a row split's shard holds every layer");
+    if (hparams.has_experts()) throw Error("a row split divides dense layers only: use --split-mode layer");
+    slice_weights(hparams);
+  }
   if (const model::WeightView* factors = weights.rope_factors(hparams, static_cast<uint32_t>(options.n_ctx))) {
     rope_freq_factors_ = vector_of(*factors);
   }
@@ -43,7 +51,7 @@ CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWei
   for (uint32_t l = 0; l < hparams.n_layer; ++l) {
     layer_rope_.push_back(rope_params(hparams, hparams.rope_for_layer(l), factors));
   }
-  for (const auto& l : weights.layers) {
+  for (const auto& l : weights_->layers) {
     attn_norm_.push_back(vector_of(l.attn_norm));
     ffn_norm_.push_back(vector_of(l.ffn_norm));
     bq_.push_back(vector_of(l.bq));
@@ -55,11 +63,52 @@ CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWei
     post_attn_norm_.push_back(vector_of(l.post_attn_norm));
     post_ffn_norm_.push_back(vector_of(l.post_ffn_norm));
   }
-  output_norm_ = vector_of(weights.output_norm);
+  output_norm_ = vector_of(weights_->output_norm);
+}
+
+void CpuBackend::slice_weights(const model::ModelHparams& model_hparams) {
+  shard_weights_ = *weights_;
+  const model::ShardRows r = model::shard_rows(model_hparams, options_.shard);
+  const auto rows = [](const model::WeightView& w, uint64_t first, uint64_t end) {
+    return w.present() ? model::row_range(w, first, end - first, "shard") : w;
+  };
+  const auto entries = [](const model::WeightView& w, uint64_t first, uint64_t end) {
+    return w.present() ? model::element_range(w, first, end - first, "shard") : w;
+  };
+  const auto columns = [&](const model::WeightView& w, uint64_t first, uint64_t end) {
+    const model::ColumnSlice slice = model::column_slice(w, first, end);
+    std::vector<uint8_t>& copy = column_copies_.emplace_back(slice.bytes * w.rows);
+    for (uint64_t row = 0; row < w.rows; ++row) {
+      std::copy_n(w.row(row) + slice.offset, slice.bytes, copy.data() + row * slice.bytes);
+    }
+    model::WeightView v = w;
+    v.name = w.name + " (shard)";
+    v.cols = end - first;
+    v.row_bytes = slice.bytes;
+    v.data = copy.data();
+    return v;
+  };
+  for (model::LayerWeights& l : shard_weights_.layers) {
+    l.wq = rows(l.wq, r.q_first, r.q_end);
+    l.wk = rows(l.wk, r.kv_first, r.kv_end);
+    l.wv = rows(l.wv, r.kv_first, r.kv_end);
+    l.bq = entries(l.bq, r.q_first, r.q_end);
+    l.bk = entries(l.bk, r.kv_first, r.kv_end);
+    l.bv = entries(l.bv, r.kv_first, r.kv_end);
+    l.wo = columns(l.wo, r.q_first, r.q_end);
+    l.w_gate = rows(l.w_gate, r.ff_first, r.ff_end);
+    l.w_up = rows(l.w_up, r.ff_first, r.ff_end);
+    l.w_down = columns(l.w_down, r.ff_first, r.ff_end);
+  }
+  weights_ = &shard_weights_;
+}
+
+void CpuBackend::add_shard_partials(float* branch, int64_t n) {
+  if (options_.sums != nullptr) options_.sums->all_reduce(options_.shard.index, branch, n);
 }
 
 uint64_t CpuBackend::memory_bytes() const {
-  return weights_.stage_bytes(static_cast<size_t>(layers_.first), static_cast<size_t>(layers_.end)) + kv_.bytes();
+  return weights_->stage_bytes(static_cast<size_t>(layers_.first), static_cast<size_t>(layers_.end)) + kv_.bytes();
 }
 
 void CpuBackend::copy_block(int32_t src, int32_t dst) {
@@ -70,6 +119,7 @@ void CpuBackend::copy_block(int32_t src, int32_t dst) {
 
 void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
   backend::require_whole_model(name(), layers_, static_cast<int>(hparams_.n_layer));
+  if (!options_.shard.whole()) throw Error("a shard of a model split by rows runs only beside its other shards");
   tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
   std::vector<float> x;
   run_layers(batch, {}, x);
@@ -92,6 +142,20 @@ void CpuBackend::forward_stage(const backend::Batch& batch, std::span<float> hid
   }
 }
 
+void CpuBackend::forward_shard(const backend::Batch& batch, std::span<float> out) {
+  if (options_.shard.whole()) throw Error("the CPU backend was not built as a shard of a model split by rows");
+  const bool outputs = options_.shard.index == 0;
+  if (outputs) {
+    tables_.check(batch, out.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
+  } else {
+    tables_.check_tokens(batch, static_cast<int>(hparams_.n_vocab));
+  }
+  std::vector<float> x;
+  run_layers(batch, {}, x);
+  tables_.advance(batch);
+  if (outputs) write_outputs(batch, x, out);
+}
+
 void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> hidden_in, std::vector<float>& x) {
   const auto& hp = hparams_;
   const int64_t n = static_cast<int64_t>(batch.size());
@@ -104,7 +168,7 @@ void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> 
   std::vector<float> attn(n * q_dim), proj(n * n_embd), gate(dense_ff), up(dense_ff);
 
   if (layers_.first == 0) {
-    for (int64_t t = 0; t < n; ++t) get_row(weights_.token_embd, batch.tokens[t], x.data() + t * n_embd);
+    for (int64_t t = 0; t < n; ++t) get_row(weights_->token_embd, batch.tokens[t], x.data() + t * n_embd);
     if (hp.embedding_scale != 1.0f) scale(x.data(), n * n_embd, hp.embedding_scale);
   } else {
     std::copy(hidden_in.begin(), hidden_in.begin() + n * n_embd, x.begin());
@@ -124,7 +188,7 @@ void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> 
   };
 
   for (int layer = layers_.first; layer < layers_.end; ++layer) {
-    const model::LayerWeights& w = weights_.layers[layer];
+    const model::LayerWeights& w = weights_->layers[layer];
     const int kv_layer = layer - layers_.first;  // the KV cache holds this stage's layers
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(x.data() + t * n_embd, attn_norm_[layer].data(), xn.data() + t * n_embd, n_embd, hp.rms_eps);
@@ -162,6 +226,7 @@ void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> 
     cpu::attention(kv_, kv_layer, shape, q.data(), batch.seq_ids.data(), batch.positions.data(), static_cast<int>(n),
                    tables_, attn.data(), pool_);
     matmul(w.wo, attn.data(), n, proj.data(), pool_);
+    add_shard_partials(proj.data(), n * n_embd);
     if (!bo_[layer].empty()) {
       for (int64_t t = 0; t < n; ++t) add_in_place(proj.data() + t * n_embd, bo_[layer].data(), n_embd);
     }
@@ -181,6 +246,7 @@ void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> 
         silu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
       }
       matmul(w.w_down, gate.data(), n, proj.data(), pool_);
+      add_shard_partials(proj.data(), n * n_embd);
     }
     add_branch(post_ffn_norm_[layer]);
   }
@@ -203,7 +269,7 @@ void CpuBackend::write_outputs(const backend::Batch& batch, const std::vector<fl
     std::copy(xn.begin(), xn.begin() + n_out * n_embd, logits.begin());
     return;
   }
-  matmul(weights_.output, xn.data(), n_out, logits.data(), pool_);
+  matmul(weights_->output, xn.data(), n_out, logits.data(), pool_);
   const int64_t n_logits = n_out * static_cast<int64_t>(hp.n_vocab);
   if (hp.logit_scale != 1.0f) scale(logits.data(), n_logits, hp.logit_scale);
   if (hp.final_softcap > 0.0f) softcap(logits.data(), n_logits, hp.final_softcap);

@@ -8,8 +8,10 @@
 #include "backends/backend.h"
 #include "backends/cpu/kv_cache.h"
 #include "backends/cpu/ops.h"
+#include "backends/cpu/shard_sums.h"
 #include "backends/cpu/thread_pool.h"
 #include "model/hparams.h"
+#include "model/row_split.h"
 #include "model/weights.h"
 
 namespace m40::cpu {
@@ -24,6 +26,13 @@ struct CpuBackendOptions {
   // stage of a model split over devices (Backend::forward_stage). Its KV
   // cache holds those layers only.
   backend::LayerRange layers{};
+  // One shard of a model split by rows (model/row_split.h; cpu/row_split.h
+  // builds them, the reference of the CUDA shards): its slices of every
+  // layer (the output and down products' columns copied, the rest viewed),
+  // its heads' K/V, its branches' partial sums added through `sums`; shard
+  // 0 computes the outputs.
+  model::RowShard shard{};
+  ShardSums* sums = nullptr;
 };
 
 class CpuBackend : public backend::Backend {
@@ -50,6 +59,7 @@ class CpuBackend : public backend::Backend {
   void forward(const backend::Batch& batch, std::span<float> logits) override;
   backend::LayerRange layers() const override { return layers_; }
   void forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) override;
+  void forward_shard(const backend::Batch& batch, std::span<float> out) override;
 
  private:
   // The residual stream x after layers_ (embedded from the batch's tokens
@@ -59,8 +69,17 @@ class CpuBackend : public backend::Backend {
   // want an output.
   void write_outputs(const backend::Batch& batch, const std::vector<float>& x, std::span<float> out);
 
-  model::ModelHparams hparams_;
-  const model::ModelWeights& weights_;
+  // A shard's view of the weights: row slices of the model's mapping, its
+  // columns of the output and down products in column_copies_.
+  void slice_weights(const model::ModelHparams& model_hparams);
+  // After a branch's output product: a shard's partial sum becomes the
+  // shards' sum.
+  void add_shard_partials(float* branch, int64_t n);
+
+  model::ModelHparams hparams_;  // a row split's shard: its own heads and FFN width (model::shard_hparams)
+  const model::ModelWeights* weights_;  // the model's, or shard_weights_
+  model::ModelWeights shard_weights_;
+  std::vector<std::vector<uint8_t>> column_copies_;
   CpuBackendOptions options_;
   backend::LayerRange layers_;
   ThreadPool pool_;

@@ -764,6 +764,7 @@ void CudaBackend::upload_tables() {
 
 void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) {
   backend::require_whole_model(name(), stage_, static_cast<int>(hparams_.n_layer));
+  if (sharded()) throw Error("a shard of a model split by rows runs only beside its other shards");
   tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
   run_step(batch, nullptr, logits.data());
 }
@@ -775,6 +776,7 @@ void CudaBackend::forward_stage(const backend::Batch& batch, std::span<float> hi
 }
 
 void CudaBackend::forward_shard(const backend::Batch& batch, std::span<float> out) {
+  if (!sharded()) throw Error("the CUDA backend was not built as a shard of a model split by rows");
   if (computes_output()) {
     tables_.check(batch, out.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
   } else {

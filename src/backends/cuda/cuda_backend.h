@@ -39,7 +39,7 @@ struct CudaBackendOptions {
   // stage of a model split over devices (Backend::forward_stage), holding
   // those layers' weights and K/V only (PlanShape::layers).
   backend::LayerRange layers{};
-  // One shard of a row split (model/row_split.h; RowSplitBackend runs them):
+  // One shard of a row split (model/row_split.h; cuda/row_split.h builds them):
   // this GPU's slices of every layer, its branches' partial sums added to
   // the other shards' through `exchange`; shard 0 computes the outputs.
   model::RowShard shard{};
@@ -68,10 +68,7 @@ class CudaBackend : public backend::Backend {
   void forward(const backend::Batch& batch, std::span<float> logits) override;
   backend::LayerRange layers() const override { return stage_; }
   void forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) override;
-  // A row split's step on this shard (RowSplitBackend calls every shard's
-  // at once, each on its own thread): shard 0 writes the logits (or hidden
-  // states) to `out`, the others take an empty span.
-  void forward_shard(const backend::Batch& batch, std::span<float> out);
+  void forward_shard(const backend::Batch& batch, std::span<float> out) override;
 
  private:
   struct LayerOnDevice {

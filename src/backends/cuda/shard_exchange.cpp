@@ -9,7 +9,8 @@
 
 namespace m40::cuda {
 
-ShardExchange::ShardExchange(std::vector<int> devices, int64_t max_values) : max_values_(max_values) {
+ShardExchange::ShardExchange(std::vector<int> devices, int64_t max_values)
+    : max_values_(max_values), rendezvous_(static_cast<int>(devices.size())) {
   if (devices.empty() || max_values <= 0) throw Error("a shard exchange needs devices and a buffer size");
   shards_.resize(devices.size());
   for (size_t i = 0; i < devices.size(); ++i) {
@@ -63,22 +64,8 @@ void ShardExchange::rendezvous(int shard) {
   std::unique_lock<std::mutex>& capturing = shards_[static_cast<size_t>(shard)].capturing;
   const bool was_capturing = capturing.owns_lock();
   if (was_capturing) capturing.unlock();
-  arrive_and_wait();
+  rendezvous_.arrive_and_wait();
   if (was_capturing) capturing.lock();
-}
-
-void ShardExchange::arrive_and_wait() {
-  std::unique_lock lock(mutex_);
-  if (abandoned_) throw Error("the row split's step was abandoned by another shard");
-  const uint64_t generation = generation_;
-  if (++arrived_ == count()) {
-    arrived_ = 0;
-    ++generation_;
-    arrived_cv_.notify_all();
-    return;
-  }
-  arrived_cv_.wait(lock, [&] { return generation_ != generation || abandoned_; });
-  if (generation_ == generation) throw Error("the row split's step was abandoned by another shard");
 }
 
 void ShardExchange::all_reduce(int shard, float* out, int64_t n_values, cudaStream_t stream) {
@@ -157,21 +144,13 @@ void ShardExchange::launch(int shard, cudaStream_t stream, cudaGraphExec_t graph
 }
 
 void ShardExchange::begin_step() {
-  std::lock_guard lock(mutex_);
-  abandoned_ = false;
-  arrived_ = 0;
+  rendezvous_.reset();
   for (Shard& s : shards_) s.exchanges = 0;
 }
 
-void ShardExchange::release_capture(int shard) {
+void ShardExchange::release(int shard) {
   std::unique_lock<std::mutex>& capturing = shards_[static_cast<size_t>(shard)].capturing;
   if (capturing.owns_lock()) capturing.unlock();
-}
-
-void ShardExchange::abandon() {
-  std::lock_guard lock(mutex_);
-  abandoned_ = true;
-  arrived_cv_.notify_all();
 }
 
 }  // namespace m40::cuda

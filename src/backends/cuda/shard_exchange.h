@@ -17,23 +17,24 @@
 
 #include <cuda_runtime_api.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <vector>
 
+#include "backends/shard_group.h"
+
 namespace m40::cuda {
 
-class ShardExchange {
+class ShardExchange : public backend::ShardGroup {
  public:
   // Shard i runs on devices[i]; a partial holds at most max_values floats.
   // Enables peer access between the devices that allow it.
   ShardExchange(std::vector<int> devices, int64_t max_values);
-  ~ShardExchange();
+  ~ShardExchange() override;
   ShardExchange(const ShardExchange&) = delete;
   ShardExchange& operator=(const ShardExchange&) = delete;
 
-  int count() const { return static_cast<int>(shards_.size()); }
+  int count() const override { return static_cast<int>(shards_.size()); }
   int64_t max_values() const { return max_values_; }
   // Device floats a shard gives the exchange (attach): two partials and one
   // landing buffer per shard.
@@ -66,11 +67,10 @@ class ShardExchange {
 
   // Before a step: every shard at its first exchange, nothing abandoned.
   // (Every shard's previous step has ended: their streams are idle.)
-  void begin_step();
-  // A shard's thread failed: the others' waits end with an error.
-  void abandon();
-  // Called on a failed shard's thread: lets go of a capture it was adding to.
-  void release_capture(int shard);
+  void begin_step() override;
+  void abandon() override { rendezvous_.abandon(); }
+  // Lets go of a capture the failed shard was adding to.
+  void release(int shard) override;
 
  private:
   struct Shard {
@@ -86,7 +86,6 @@ class ShardExchange {
   // Blocks until every shard has arrived here as often as the caller
   // (letting go of the capture while it waits).
   void rendezvous(int shard);
-  void arrive_and_wait();
 
   // Copies a partial from shard `from` to `to`'s landing on `to`'s stream.
   void copy_partial(const Shard& to, float* landing, const Shard& from, const float* partial, size_t bytes,
@@ -96,11 +95,7 @@ class ShardExchange {
   int64_t max_values_;
   bool peer_copies_ = true;
   cudaEvent_t fork_ = nullptr;  // on shard 0's GPU: the start of a capture
-  std::mutex mutex_;
-  std::condition_variable arrived_cv_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  bool abandoned_ = false;
+  backend::Rendezvous rendezvous_;
   // The shards' threads add to one capture one at a time: between two
   // rendezvous each holds this while it enqueues.
   std::mutex capture_mutex_;

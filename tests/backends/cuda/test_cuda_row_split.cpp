@@ -1,4 +1,5 @@
-// A model divided by rows (RowSplitBackend, model/row_split.h) answers as
+// A model divided by rows over GPUs (cuda::make_row_split_backend,
+// model/row_split.h) answers as
 // the whole model does on the CPU, within the CUDA tests' tolerance: a
 // prompt read at once (logits at every position), a second sequence,
 // decode steps of both (one graph over the shards), a step mixing a decode
@@ -19,7 +20,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/memory_plan.h"
-#include "backends/cuda/row_split_backend.h"
+#include "backends/cuda/row_split.h"
 #include "common/error.h"
 #include "engine/backend_factory.h"
 #include "model/loaded_model.h"
@@ -63,7 +64,8 @@ TEST_P(CudaRowSplit, GivesTheWholeModelsLogits) {
   o.n_ctx = 64;
   o.n_seq = 2;
   const std::vector<int> devices = GetParam().two_gpus ? std::vector<int>{0, 1} : std::vector<int>{0, 0};
-  cuda::RowSplitBackend split(model_->hparams, model_->weights, o, devices, {1, 1});
+  const auto split_backend = cuda::make_row_split_backend(model_->hparams, model_->weights, o, devices, {1, 1});
+  backend::RowSplitBackend& split = *split_backend;
   ASSERT_EQ(split.n_shards(), 2u);
   EXPECT_EQ(split.name(), GetParam().two_gpus ? "CUDA:0 + CUDA:1 (row split)" : "CUDA:0 + CUDA:0 (row split)");
   const int32_t n_vocab = static_cast<int32_t>(model_->hparams.n_vocab);
@@ -103,7 +105,8 @@ TEST_P(CudaRowSplit, ABadBatchIsRefusedByEveryShardAndTheNextStepRuns) {
   cuda::CudaBackendOptions o;
   o.n_ctx = 64;
   const std::vector<int> devices = GetParam().two_gpus ? std::vector<int>{0, 1} : std::vector<int>{0, 0};
-  cuda::RowSplitBackend split(model_->hparams, model_->weights, o, devices, {1, 1});
+  const auto split_backend = cuda::make_row_split_backend(model_->hparams, model_->weights, o, devices, {1, 1});
+  backend::RowSplitBackend& split = *split_backend;
   const size_t n_vocab = model_->hparams.n_vocab;
   backend::Batch bad;
   bad.add(static_cast<int32_t>(n_vocab), 0, 0, true);  // outside the vocabulary

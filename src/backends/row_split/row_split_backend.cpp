@@ -1,25 +1,25 @@
-#include "backends/cuda/row_split_backend.h"
+#include "backends/row_split/row_split_backend.h"
 
 #include <atomic>
 #include <exception>
 #include <thread>
 
 #include "common/error.h"
-#include "model/row_split.h"
 
-namespace m40::cuda {
+namespace m40::backend {
 
-RowSplitBackend::RowSplitBackend(const model::ModelHparams& hparams, const model::ModelWeights& weights,
-                                 CudaBackendOptions options, const std::vector<int>& devices,
-                                 const std::vector<double>& shares) {
-  if (devices.size() != shares.size()) throw Error("a row split needs one share per GPU");
-  const std::vector<model::RowShard> plan = model::plan_row_split(hparams, weights, shares);
-  exchange_ = std::make_unique<ShardExchange>(devices, static_cast<int64_t>(options.max_batch) * hparams.n_embd);
-  for (const model::RowShard& shard : plan) {
-    options.device = devices[static_cast<size_t>(shard.index)];
-    options.shard = shard;
-    options.exchange = exchange_.get();
-    shards_.push_back(std::make_unique<CudaBackend>(hparams, weights, options));
+RowSplitBackend::RowSplitBackend(std::unique_ptr<ShardGroup> group, std::vector<std::unique_ptr<Backend>> shards)
+    : group_(std::move(group)), shards_(std::move(shards)) {
+  if (!group_ || shards_.empty() || group_->count() != static_cast<int>(shards_.size())) {
+    throw Error("a row split needs its shards and the group they share");
+  }
+  const Backend& first = *shards_.front();
+  for (const auto& s : shards_) {
+    if (!s) throw Error("a row split's shard is missing");
+    if (s->n_ctx() != first.n_ctx() || s->n_seq_max() != first.n_seq_max() || s->n_vocab() != first.n_vocab() ||
+        s->n_embd() != first.n_embd() || s->n_kv_blocks() != first.n_kv_blocks()) {
+      throw Error("the shards of a row split differ in context, sequences, vocabulary, hidden width or KV pool");
+    }
   }
 }
 
@@ -37,6 +37,12 @@ uint64_t RowSplitBackend::memory_bytes() const {
   return total;
 }
 
+uint64_t RowSplitBackend::gpu_memory_bytes() const {
+  uint64_t total = 0;
+  for (const auto& s : shards_) total += s->gpu_memory_bytes();
+  return total;
+}
+
 void RowSplitBackend::set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) {
   for (auto& s : shards_) s->set_blocks(seq, blocks, n_cached);
 }
@@ -45,11 +51,11 @@ void RowSplitBackend::copy_block(int32_t src, int32_t dst) {
   for (auto& s : shards_) s->copy_block(src, dst);
 }
 
-void RowSplitBackend::forward(const backend::Batch& batch, std::span<float> logits) {
-  exchange_->begin_step();
-  // Every shard checks the batch before it enqueues anything (shard 0 the
+void RowSplitBackend::forward(const Batch& batch, std::span<float> logits) {
+  group_->begin_step();
+  // Every shard checks the batch before it computes anything (shard 0 the
   // output buffer too). The first failure is the one reported; it releases
-  // the shards that wait for the failed one at an exchange.
+  // the shards that wait for the failed one.
   std::vector<std::exception_ptr> errors(shards_.size());
   std::atomic<int> first_failure{-1};
   const auto run = [&](size_t i) {
@@ -59,8 +65,8 @@ void RowSplitBackend::forward(const backend::Batch& batch, std::span<float> logi
       errors[i] = std::current_exception();
       int none = -1;
       first_failure.compare_exchange_strong(none, static_cast<int>(i));
-      exchange_->release_capture(static_cast<int>(i));
-      exchange_->abandon();
+      group_->release(static_cast<int>(i));
+      group_->abandon();
     }
   };
   {
@@ -71,4 +77,4 @@ void RowSplitBackend::forward(const backend::Batch& batch, std::span<float> logi
   if (const int failed = first_failure.load(); failed >= 0) std::rethrow_exception(errors[static_cast<size_t>(failed)]);
 }
 
-}  // namespace m40::cuda
+}  // namespace m40::backend
