@@ -241,10 +241,13 @@ std::unique_ptr<backend::Backend> make_row_split_backend(const model::LoadedMode
                                                          const std::vector<int>& gpus, bool required) {
   std::vector<double> shares = options.tensor_split;
   std::vector<uint64_t> available;
+  std::vector<double> bandwidth;
   MemoryBudget budget;
   budget.per_position = kv_bytes_per_position(model.hparams, options.kv_type);
   for (int d : gpus) {
-    available.push_back(gpu_budget(options, cuda::device_info(d)));
+    const cuda::DeviceInfo info = cuda::device_info(d);
+    available.push_back(gpu_budget(options, info));
+    bandwidth.push_back(info.peak_memory_bandwidth_gb_per_s());
     budget.available += available.back();
     if (options.tensor_split.empty()) shares.push_back(static_cast<double>(available.back()));
   }
@@ -267,15 +270,15 @@ std::unique_ptr<backend::Backend> make_row_split_backend(const model::LoadedMode
   const int n_ctx = resolve_context_size(model, options.n_ctx, budget);
   cuda_options.n_ctx = n_ctx;
   cuda_options.kv_blocks = kv_pool_blocks(options, n_ctx, budget, budget.per_position * backend::kKvBlockSize);
-  if (!required) {  // each shard's plan against its GPU, before anything is allocated
-    for (const model::RowShard& shard : shards) {
-      const cuda::PlanShape shape{n_ctx, options.n_seq, cuda_options.max_batch, 32, cuda_options.kv_blocks,
-                                  options.kv_type, {}, shard};
-      const uint64_t needed = cuda::plan_memory(model.hparams, model.weights, shape).total();
-      if (needed > available[static_cast<size_t>(shard.index)]) {
-        std::fprintf(stderr, "note: not divided by rows (GPU %d's share does not fit)\n", gpus[static_cast<size_t>(shard.index)]);
-        return nullptr;
-      }
+  // Each shard's plan against its GPU, before anything is allocated.
+  std::vector<cuda::MemoryPlan> plans;
+  for (const model::RowShard& shard : shards) {
+    const cuda::PlanShape shape{n_ctx, options.n_seq, cuda_options.max_batch, 32, cuda_options.kv_blocks,
+                                options.kv_type, {}, shard};
+    plans.push_back(cuda::plan_memory(model.hparams, model.weights, shape));
+    if (!required && plans.back().total() > available[static_cast<size_t>(shard.index)]) {
+      std::fprintf(stderr, "note: not divided by rows (GPU %d's share does not fit)\n", gpus[static_cast<size_t>(shard.index)]);
+      return nullptr;
     }
   }
   std::string where;
@@ -290,16 +293,12 @@ std::unique_ptr<backend::Backend> make_row_split_backend(const model::LoadedMode
   // embedding a row, unless shard 0's tied head reads it all).
   std::vector<PlacedStage> parts;
   std::vector<uint64_t> reads;
-  std::vector<double> bandwidth;
   const uint64_t embedding = model.weights.token_embd.rows * model.weights.token_embd.row_bytes;
   for (const model::RowShard& shard : shards) {
-    const cuda::PlanShape shape{n_ctx, options.n_seq, cuda_options.max_batch, 32, cuda_options.kv_blocks,
-                                options.kv_type, {}, shard};
-    const uint64_t weights = cuda::plan_memory(model.hparams, model.weights, shape).weights;
+    const uint64_t weights = plans[static_cast<size_t>(shard.index)].weights;
     const bool reads_table = shard.index == 0 && model.weights.tied_output;
     parts.push_back({shard.index, {0, static_cast<int>(model.hparams.n_layer)}});
     reads.push_back(reads_table || weights < embedding ? weights : weights - embedding);
-    bandwidth.push_back(cuda::device_info(gpus[static_cast<size_t>(shard.index)]).peak_memory_bandwidth_gb_per_s());
   }
   std::fprintf(stderr, "note: %s\n", describe_decode_reads(parts, reads, bandwidth, gpus, true).c_str());
   return cuda::make_row_split_backend(model.hparams, model.weights, cuda_options, gpus, shares);

@@ -109,6 +109,25 @@ ShardRows shard_rows(const ModelHparams& hp, const RowShard& shard) {
           shard.ff_first, shard.ff_end};
 }
 
+LayerWeights row_slices(const LayerWeights& l, const ShardRows& r) {
+  const auto rows = [](const WeightView& w, uint64_t first, uint64_t end) {
+    return w.present() ? row_range(w, first, end - first, "shard") : w;
+  };
+  const auto entries = [](const WeightView& w, uint64_t first, uint64_t end) {
+    return w.present() ? element_range(w, first, end - first, "shard") : w;
+  };
+  LayerWeights s = l;
+  s.wq = rows(l.wq, r.q_first, r.q_end);
+  s.wk = rows(l.wk, r.kv_first, r.kv_end);
+  s.wv = rows(l.wv, r.kv_first, r.kv_end);
+  s.bq = entries(l.bq, r.q_first, r.q_end);
+  s.bk = entries(l.bk, r.kv_first, r.kv_end);
+  s.bv = entries(l.bv, r.kv_first, r.kv_end);
+  s.w_gate = rows(l.w_gate, r.ff_first, r.ff_end);
+  s.w_up = rows(l.w_up, r.ff_first, r.ff_end);
+  return s;
+}
+
 ColumnSlice column_slice(const WeightView& w, uint64_t first, uint64_t end) {
   const auto& traits = gguf::tensor_type_traits(w.type);
   if (first % traits.block_size != 0 || (end % traits.block_size != 0 && end != w.cols) || first >= end || end > w.cols) {

@@ -60,4 +60,10 @@ struct ShardRows {
 };
 ShardRows shard_rows(const ModelHparams& hp, const RowShard& shard);
 
+// A layer as a shard with rows `r` sees it: its rows of Q, K, V, gate and
+// up and its entries of the Q/K/V biases, as views of the mapping. The
+// output and down products stay whole: their shares are columns
+// (column_slice), which each backend copies out its own way.
+LayerWeights row_slices(const LayerWeights& l, const ShardRows& r);
+
 }  // namespace m40::model

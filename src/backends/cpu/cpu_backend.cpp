@@ -69,12 +69,6 @@ CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWei
 void CpuBackend::slice_weights(const model::ModelHparams& model_hparams) {
   shard_weights_ = *weights_;
   const model::ShardRows r = model::shard_rows(model_hparams, options_.shard);
-  const auto rows = [](const model::WeightView& w, uint64_t first, uint64_t end) {
-    return w.present() ? model::row_range(w, first, end - first, "shard") : w;
-  };
-  const auto entries = [](const model::WeightView& w, uint64_t first, uint64_t end) {
-    return w.present() ? model::element_range(w, first, end - first, "shard") : w;
-  };
   const auto columns = [&](const model::WeightView& w, uint64_t first, uint64_t end) {
     const model::ColumnSlice slice = model::column_slice(w, first, end);
     std::vector<uint8_t>& copy = column_copies_.emplace_back(slice.bytes * w.rows);
@@ -89,15 +83,8 @@ void CpuBackend::slice_weights(const model::ModelHparams& model_hparams) {
     return v;
   };
   for (model::LayerWeights& l : shard_weights_.layers) {
-    l.wq = rows(l.wq, r.q_first, r.q_end);
-    l.wk = rows(l.wk, r.kv_first, r.kv_end);
-    l.wv = rows(l.wv, r.kv_first, r.kv_end);
-    l.bq = entries(l.bq, r.q_first, r.q_end);
-    l.bk = entries(l.bk, r.kv_first, r.kv_end);
-    l.bv = entries(l.bv, r.kv_first, r.kv_end);
+    l = model::row_slices(l, r);
     l.wo = columns(l.wo, r.q_first, r.q_end);
-    l.w_gate = rows(l.w_gate, r.ff_first, r.ff_end);
-    l.w_up = rows(l.w_up, r.ff_first, r.ff_end);
     l.w_down = columns(l.w_down, r.ff_first, r.ff_end);
   }
   weights_ = &shard_weights_;

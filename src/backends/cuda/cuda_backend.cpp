@@ -300,34 +300,30 @@ void CudaBackend::upload_weights(const model::ModelWeights& weights) {
     rope_factors_ = upload_vector(*factors);
   }
   for (int li = stage_.first; li < stage_.end; ++li) {
-    const model::LayerWeights& l = weights.layers[static_cast<size_t>(li)];
-    LayerOnDevice d{};
     // A row split's shard takes its rows of Q, K, V, gate and up, its
-    // columns of the output and down products and its entries of the Q/K/V
-    // biases (shard_rows_ covers everything for the whole model).
-    const model::ShardRows& r = shard_rows_;
-    const auto rows = [&](const model::WeightView& w, uint64_t first, uint64_t end) {
-      return sharded() && w.present() ? model::row_range(w, first, end - first, "shard") : w;
-    };
-    const auto entries = [&](const model::WeightView& w, uint64_t first, uint64_t end) {
-      return sharded() && w.present() ? model::element_range(w, first, end - first, "shard") : w;
-    };
+    // entries of the Q/K/V biases (model::row_slices) and its columns of the
+    // output and down products.
+    const model::LayerWeights& whole = weights.layers[static_cast<size_t>(li)];
+    model::LayerWeights sliced;
+    if (sharded()) sliced = model::row_slices(whole, shard_rows_);
+    const model::LayerWeights& l = sharded() ? sliced : whole;
     const auto columns = [&](const model::WeightView& w, uint64_t first, uint64_t end) {
       return sharded() && w.present() ? upload_columns(w, first, end, up) : upload_matrix(w, up);
     };
+    LayerOnDevice d{};
     d.attn_norm = upload_vector(l.attn_norm);
-    d.wq = upload_matrix(rows(l.wq, r.q_first, r.q_end), up);
-    d.wk = upload_matrix(rows(l.wk, r.kv_first, r.kv_end), up);
-    d.wv = upload_matrix(rows(l.wv, r.kv_first, r.kv_end), up);
-    d.wo = columns(l.wo, r.q_first, r.q_end);
+    d.wq = upload_matrix(l.wq, up);
+    d.wk = upload_matrix(l.wk, up);
+    d.wv = upload_matrix(l.wv, up);
+    d.wo = columns(l.wo, shard_rows_.q_first, shard_rows_.q_end);
     d.ffn_norm = upload_vector(l.ffn_norm);
-    d.w_gate = upload_matrix(rows(l.w_gate, r.ff_first, r.ff_end), up);
-    d.w_up = upload_matrix(rows(l.w_up, r.ff_first, r.ff_end), up);
-    d.w_down = columns(l.w_down, r.ff_first, r.ff_end);
+    d.w_gate = upload_matrix(l.w_gate, up);
+    d.w_up = upload_matrix(l.w_up, up);
+    d.w_down = columns(l.w_down, shard_rows_.ff_first, shard_rows_.ff_end);
     // The vectors after the matrices, which must stay back to back.
-    d.bq = upload_vector(entries(l.bq, r.q_first, r.q_end));
-    d.bk = upload_vector(entries(l.bk, r.kv_first, r.kv_end));
-    d.bv = upload_vector(entries(l.bv, r.kv_first, r.kv_end));
+    d.bq = upload_vector(l.bq);
+    d.bk = upload_vector(l.bk);
+    d.bv = upload_vector(l.bv);
     d.bo = upload_vector(l.bo);
     d.q_norm = upload_vector(l.q_norm);
     d.k_norm = upload_vector(l.k_norm);

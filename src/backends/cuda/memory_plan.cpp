@@ -56,23 +56,23 @@ MemoryPlan plan_memory(const model::ModelHparams& model_hp, const model::ModelWe
   plan.weights = (embedding ? weight_bytes(w.token_embd) : 0) + (holds_output ? weight_bytes(w.output_norm) : 0) +
                  (rope_factors != nullptr ? weight_bytes(*rope_factors) : 0) +
                  (holds_output && !w.tied_output ? weight_bytes(w.output) : 0);
-  // A shard's slices (model/row_split.h); the whole model's for no split.
+  // A shard's slices (model/row_split.h): its rows as views, its columns of
+  // the output and down products; the whole model's for no split.
   const model::ShardRows r = model::shard_rows(model_hp, shape.shard);
-  const auto rows = [](const model::WeightView& v, uint64_t n) { return v.present() ? Arena::aligned(v.row_bytes * n) : 0; };
   const auto columns = [](const model::WeightView& v, uint64_t first, uint64_t end) {
     return v.present() ? Arena::aligned(v.rows * model::column_slice(v, first, end).bytes) : 0;
   };
-  const auto floats = [](const model::WeightView& v, uint64_t n) { return v.present() ? Arena::aligned(n * sizeof(float)) : 0; };
   for (int li = stage.first; li < stage.end; ++li) {
-    const model::LayerWeights& l = w.layers[static_cast<size_t>(li)];
-    const uint64_t q = r.q_end - r.q_first, kv = r.kv_end - r.kv_first, ff = r.ff_end - r.ff_first;
-    plan.weights += rows(l.wq, q) + rows(l.wk, kv) + rows(l.wv, kv) + columns(l.wo, r.q_first, r.q_end) +
-                    floats(l.bq, q) + floats(l.bk, kv) + floats(l.bv, kv) + rows(l.w_gate, ff) + rows(l.w_up, ff) +
-                    columns(l.w_down, r.ff_first, r.ff_end);
+    const model::LayerWeights& whole = w.layers[static_cast<size_t>(li)];
+    model::LayerWeights sliced;  // plans run often (layers_that_fit): the whole model's layers are not copied
+    if (!shape.shard.whole()) sliced = model::row_slices(whole, r);
+    const model::LayerWeights& l = shape.shard.whole() ? whole : sliced;
     for (const model::WeightView* v :
-         {&l.attn_norm, &l.q_norm, &l.k_norm, &l.bo, &l.post_attn_norm, &l.ffn_norm, &l.post_ffn_norm}) {
+         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.bo, &l.post_attn_norm,
+          &l.ffn_norm, &l.w_gate, &l.w_up, &l.post_ffn_norm}) {
       plan.weights += weight_bytes(*v);
     }
+    plan.weights += columns(l.wo, r.q_first, r.q_end) + columns(l.w_down, r.ff_first, r.ff_end);
     // Expert tensors go up whole (every expert's matrix, back to back).
     plan.weights += weight_bytes(l.ffn_gate_inp);
     for (const auto* slices : {&l.gate_exps, &l.up_exps, &l.down_exps}) plan.weights += weight_bytes(model::stacked_slices(*slices));
