@@ -9,7 +9,10 @@
 // The cache is paged as the backend's is (backends/kv_blocks.h): each
 // sequence's blocks of 16 positions are a shuffled choice from the pool.
 //
-//   bench_cuda_attention [iterations]
+//   bench_cuda_attention [iterations] [long [KV_HEADS [CONTEXT]]]
+//
+// "long" runs only the long-context decode table, optionally one KV head
+// count and one context (to profile a single case, e.g. under ncu).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -31,6 +34,7 @@
 namespace {
 
 using m40::cuda::AttentionShape;
+using m40::cuda::KvFormat;
 using m40::cuda::KvLayer;
 using m40::cuda::detail::AttentionKernel;
 using m40::cuda::detail::AttentionPlan;
@@ -38,6 +42,7 @@ using m40::cuda::detail::AttentionPlan;
 using m40::bench::device_alloc;
 using m40::bench::fill_floats;
 using m40::bench::fill_halves;
+using m40::bench::time_in_graph_ms;
 using m40::bench::time_ms;
 
 // The layer of n_ctx positions per sequence over a pool of pool_rows rows of
@@ -62,6 +67,9 @@ KvLayer paged_layer(uint16_t* k, uint16_t* v, int32_t* tables, size_t pool_rows,
 
 int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 50;
+  const bool long_only = argc > 2 && std::string(argv[2]) == "long";
+  const int only_kv_heads = argc > 3 ? std::atoi(argv[3]) : 0;
+  const int only_context = argc > 4 ? std::atoi(argv[4]) : 0;
   // The ceiling: a device-to-device copy of 512 MiB (reads + writes).
   const double copy_gbs = m40::bench::print_device_and_copy_bandwidth();
 
@@ -85,7 +93,46 @@ int main(int argc, char** argv) {
   int32_t* tables = device_alloc<int32_t>(kMaxTableEntries);
   int32_t* positions = device_alloc<int32_t>(max_tokens);
 
-  std::printf("## decode: one token per sequence, %d query heads x %d\n\n", n_head, head_dim);
+  // Long contexts (#20's depths): one sequence at 4k..32k positions, MHA and
+  // GQA 4:1 and 8:1, FP16 and Q8_0 caches, automatic split, timed inside a
+  // CUDA graph as a decode step runs it (the host's launch and scratch costs,
+  // which the other tables include, dominate calls below ~20 us). The cache
+  // (max_seq x n_ctx positions of MHA) holds 32768 positions of one
+  // sequence; random FP16 bits are valid Q8_0 blocks too (a half scale in
+  // [-1, 1] every 34 bytes, any int8 quants). One call's K and V exceed the
+  // L2 from 8k positions at MHA and 32k at GQA 8:1.
+  std::printf("## decode at long contexts: one sequence, %d query heads x %d, in a CUDA graph\n\n", n_head, head_dim);
+  std::printf("| KV | KV heads | context | us/call | KV GB/s | of copy |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const KvFormat type : {KvFormat::F16, KvFormat::Q8_0}) {
+    for (const int n_head_kv : {32, 8, 4}) {
+      for (const int context : {4096, 8192, 16384, 32768}) {
+        const int pool_positions = max_seq * n_ctx;
+        if (context > pool_positions || (only_kv_heads > 0 && n_head_kv != only_kv_heads) ||
+            (only_context > 0 && context != only_context)) {
+          continue;
+        }
+        const std::vector<int32_t> h_seq(1, 0), h_pos(1, context - 1);
+        M40_CUDA_CHECK(cudaMemcpy(seq_ids, h_seq.data(), 4, cudaMemcpyHostToDevice));
+        M40_CUDA_CHECK(cudaMemcpy(positions, h_pos.data(), 4, cudaMemcpyHostToDevice));
+        KvLayer layer = paged_layer(k, v, tables, static_cast<size_t>(pool_positions), 1, context,
+                                    n_head_kv * head_dim);
+        layer.type = type;
+        const AttentionShape shape{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+        const double ms = time_in_graph_ms(std::max(1, iterations / 5), 10, [&](cudaStream_t stream) {
+          m40::cuda::detail::attention_with_plan(layer, shape, q, seq_ids, positions, 1, context, out, stream,
+                                                 AttentionPlan{AttentionKernel::Decode, 0});
+        });
+        const double bytes = 2.0 * static_cast<double>(context) * m40::cuda::kv_row_bytes(type, n_head_kv * head_dim);
+        const double gbs = bytes / (ms * 1e6);
+        std::printf("| %s | %d | %d | %.1f | %.1f | %.0f%% |\n", type == KvFormat::F16 ? "f16" : "q8_0", n_head_kv,
+                    context, ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+      }
+    }
+  }
+  if (long_only) return 0;
+
+  std::printf("\n## decode: one token per sequence, %d query heads x %d\n\n", n_head, head_dim);
   std::printf("| KV heads | sequences | context | kernel | us/call | KV GB/s | of copy |\n");
   std::printf("| ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
   for (const int n_head_kv : {32, 8}) {

@@ -65,6 +65,30 @@ double time_ms(int iterations, Fn&& fn) {
   return static_cast<double>(ms) / iterations;
 }
 
+// Milliseconds per call of fn(stream) when `per_graph` calls are captured
+// once into a CUDA graph on a stream of their own and the graph is replayed
+// `iterations` times: how kernels run inside a decode step, without the
+// host's per-launch cost between them. fn runs once uncaptured first.
+template <class Fn>
+double time_in_graph_ms(int iterations, int per_graph, Fn&& fn) {
+  cudaStream_t stream = nullptr;
+  M40_CUDA_CHECK(cudaStreamCreate(&stream));
+  fn(stream);
+  cudaGraph_t graph = nullptr;
+  M40_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < per_graph; ++i) fn(stream);
+  M40_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  M40_CUDA_CHECK(instantiated);
+  const double ms = time_ms(iterations, [&] { M40_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+  M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  M40_CUDA_CHECK(cudaStreamDestroy(stream));
+  return ms / per_graph;
+}
+
 // GB/s of a 512 MiB device-to-device copy, bytes read plus written.
 inline double copy_bandwidth_gb_per_s() {
   const size_t bytes = size_t{512} << 20;

@@ -6,6 +6,7 @@
 #
 #   bash scripts/bench-side-by-side.sh --m40 BIN --out DIR [--llama-bench BIN | --llama-tar TAR]
 #        [--models DIR] [--case SHAPE:TYPE:TOKENIZER]... [-n 128] [-p 512] [-r 3] [-b "8 32"]
+#        [-d "4096 8192"] [--kv-type f16|q8_0]
 #
 #   --m40 BIN          the m40-llm binary to measure
 #   --llama-bench BIN  llama.cpp's llama-bench; or
@@ -21,11 +22,17 @@
 #                      built beside llama-bench; needs --llama-tar or
 #                      --llama-batched-bench BIN)
 #   --llama-batched-bench BIN  llama.cpp's llama-batched-bench
+#   -d "D..."          also decode at these depths (positions already cached):
+#                      `m40-llm bench -d 0 D...` against `llama-bench -d 0,D...`,
+#                      a tg column and ratio per depth
+#   --kv-type T        KV cache type of both (f16 default, q8_0): m40-llm's
+#                      --kv-type, llama.cpp's -ctk T -ctv T
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$M40_ROOT"
 
 m40="" llama_bench="" llama_batched="" llama_tar="" out="" models=/tmp/m40-side-models n=128 p=512 r=3 batches=""
+depths="" kv_type=f16
 cases=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,6 +40,8 @@ while [ $# -gt 0 ]; do
     --llama-bench) llama_bench=$2; shift 2 ;;
     --llama-batched-bench) llama_batched=$2; shift 2 ;;
     -b) batches=$2; shift 2 ;;
+    -d) depths=$2; shift 2 ;;
+    --kv-type) kv_type=$2; shift 2 ;;
     --llama-tar) llama_tar=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
@@ -40,7 +49,7 @@ while [ $# -gt 0 ]; do
     -n) n=$2; shift 2 ;;
     -p) p=$2; shift 2 ;;
     -r) r=$2; shift 2 ;;
-    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
     *) m40_die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -89,6 +98,12 @@ table="$out/side-by-side.md"
     header="$header m40-llm tg$n@$b | llama.cpp tg$n@$b | ratio @$b |"
     rule="$rule ---: | ---: | ---: |"
   done
+  for d in $depths; do
+    header="$header m40-llm tg$n @ d$d | llama.cpp tg$n @ d$d | ratio @ d$d |"
+    rule="$rule ---: | ---: | ---: |"
+  done
+  echo "KV cache: $kv_type"
+  echo
   echo "$header"
   echo "$rule"
 } > "$table"
@@ -106,9 +121,11 @@ for c in "${cases[@]}"; do
   file="$models/$shape-$type.gguf"
   [ -f "$file" ] || { echo "| $shape $type | gen-model failed | | | | | |" >> "$table"; continue; }
   m40_log "bench $shape $type"
-  # shellcheck disable=SC2086 # $batches: a list of numbers
-  "$m40" bench "$file" -p "$p" -n "$n" -b 1 $batches -r "$r" > "$out/m40-$shape-$type.md" 2>&1
-  "$llama_bench" -m "$file" -ngl 99 -fa 1 -p "$p" -n "$n" -r "$r" > "$out/llama-$shape-$type.md" 2>&1
+  # shellcheck disable=SC2086 # $batches, $depths: lists of numbers
+  "$m40" bench "$file" -p "$p" -n "$n" -b 1 $batches -r "$r" --kv-type "$kv_type" \
+    ${depths:+-d 0 $depths} > "$out/m40-$shape-$type.md" 2>&1
+  "$llama_bench" -m "$file" -ngl 99 -fa 1 -p "$p" -n "$n" -r "$r" -ctk "$kv_type" -ctv "$kv_type" \
+    ${depths:+-d "0,$(echo "$depths" | tr ' ' ',')"} > "$out/llama-$shape-$type.md" 2>&1
   m_pp=$(tps "$out/m40-$shape-$type.md" "pp$p") m_tg=$(tps "$out/m40-$shape-$type.md" "tg$n")
   l_pp=$(tps "$out/llama-$shape-$type.md" "pp$p") l_tg=$(tps "$out/llama-$shape-$type.md" "tg$n")
   size=$(awk -v s="$(stat -c %s "$file")" 'BEGIN { printf "%.2f GiB", s / 1073741824 }')
@@ -121,6 +138,10 @@ for c in "${cases[@]}"; do
       row="$row ${m_b:-?} | ${l_b:-?} | $(ratio_of "$m_b" "$l_b") |"
     done
   fi
+  for d in $depths; do
+    m_d=$(tps "$out/m40-$shape-$type.md" "tg$n @ d$d") l_d=$(tps "$out/llama-$shape-$type.md" "tg$n @ d$d")
+    row="$row ${m_d:-?} | ${l_d:-?} | $(ratio_of "$m_d" "$l_d") |"
+  done
   echo "$row" >> "$table"
 done
 cat "$table"

@@ -14,6 +14,7 @@
 // a combine kernel merges them, so one sequence still fills the GPU. A
 // windowed layer's parts split the window only, starting at its first key.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -40,9 +41,8 @@ namespace {
 
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
-constexpr int kSubChunk = 256;  // key positions whose scores sit in shared memory at once
 constexpr int kSplitGranule = 64;  // a context part is a multiple of this many positions
-constexpr int kUnroll = 4;      // loads in flight per lane
+constexpr int kKeysPerSlot = 2;    // keys a lane slot takes per iteration (K and V of two more in flight)
 
 struct DecodeArgs {
   const void* k;  // FP16 bits or quant::BlockQ8_0 blocks (the kernel's Rows)
@@ -50,20 +50,21 @@ struct DecodeArgs {
   const float* q;
   const int32_t* seq_ids;
   const int32_t* positions;
-  float* out;       // written directly when n_splits == 1
-  float* part_acc;  // [n_tokens][n_head][n_splits][head_dim] unnormalized outputs
-  float* part_ml;   // [n_tokens][n_head][n_splits][2] running max and sum
+  float* out;                   // written directly when n_splits == 1
+  float* part_acc;              // [n_tokens][n_head][n_splits][head_dim] unnormalized outputs
+  float* part_ml;               // [n_tokens][n_head][n_splits][2] running max and sum
   const int32_t* block_tables;  // [n_seq][max_blocks]
   int max_blocks;
   int n_ctx;
   int kv_dim;
   int head_dim;
   int n_head;
-  int gqa;              // query heads per KV head
-  int groups_per_kv;    // blocks per KV head: ceil(gqa / HB)
-  int lanes_per_key;    // power of two >= head_dim / C, at most 32
+  int gqa;            // query heads per KV head
+  int groups_per_kv;  // blocks per KV head: ceil(gqa / HB)
+  int lanes_per_key;  // power of two >= head_dim / C, at most 32
   int n_splits;
-  int positions_per_split;  // the most a part covers (the launch's longest span, cut in n_splits)
+  int positions_per_split;  // the most a part covers (the launch's longest span,
+                            // cut in n_splits)
   int split_granule;        // parts are whole multiples of this many positions
   float scale;
   float softcap;  // 0: off
@@ -80,20 +81,92 @@ __device__ __forceinline__ int part_length(int span, const DecodeArgs& a) {
   return max(1, min(per, a.positions_per_split));
 }
 
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x with the hardware's approximation (relative error about 2^-22;
+// 2^-inf = 0), as the scores are already in base-2 units.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The HB query heads' dot products over the L lanes of one key (L >= HB,
+// both powers of two), summed by transposing instead of HB separate
+// reductions: each halving step keeps half of the heads and sends the other
+// half to the partner lane, so after log2(HB) steps every lane holds one
+// head's sum (its own head) and the remaining steps are plain sums. HB = 4
+// and L = 16: 5 shuffles a key instead of 16. The lanes of a key then trade
+// the own head's values (from_head) where every head's is needed.
+template <int HB>
+struct HeadLanes {
+  int own;        // the head whose sums this lane holds after reduce()
+  int first;      // the key's first lane
+  int high, low;  // lane offsets of the two transposing steps (L/2, L/4)
+  int L;
+
+  __device__ __forceinline__ HeadLanes(int lane, int lanes_per_key)
+      : first(lane & ~(lanes_per_key - 1)), high(lanes_per_key >> 1), low(lanes_per_key >> 2), L(lanes_per_key) {
+    if constexpr (HB == 4) {
+      own = ((lane & high) != 0 ? 2 : 0) + ((lane & low) != 0 ? 1 : 0);
+    } else if constexpr (HB == 2) {
+      own = (lane & high) != 0 ? 1 : 0;
+    } else {
+      own = 0;
+    }
+  }
+
+  __device__ __forceinline__ float reduce(const float (&dot)[HB]) const {
+    const unsigned lane = threadIdx.x % kWarpSize;
+    if constexpr (HB == 4) {
+      const bool up = (lane & high) != 0;
+      float a = up ? dot[2] : dot[0], b = up ? dot[3] : dot[1];
+      a += __shfl_xor_sync(kFullWarpMask, up ? dot[0] : dot[2], high);
+      b += __shfl_xor_sync(kFullWarpMask, up ? dot[1] : dot[3], high);
+      const bool up2 = (lane & low) != 0;
+      float sum = (up2 ? b : a) + __shfl_xor_sync(kFullWarpMask, up2 ? a : b, low);
+      for (int offset = low >> 1; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
+      return sum;
+    } else if constexpr (HB == 2) {
+      const bool up = (lane & high) != 0;
+      float sum = (up ? dot[1] : dot[0]) + __shfl_xor_sync(kFullWarpMask, up ? dot[0] : dot[1], high);
+      for (int offset = high >> 1; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
+      return sum;
+    } else {
+      return group_sum(dot[0], L);
+    }
+  }
+
+  // Head h's value of `own_value` (from a lane of this key holding head h).
+  __device__ __forceinline__ float from_head(float own_value, int h) const {
+    if constexpr (HB == 1) return own_value;
+    const int src = first + ((h & (HB / 2)) != 0 ? high : 0) + (HB == 4 && (h & 1) != 0 ? low : 0);
+    return __shfl_sync(kFullWarpMask, own_value, src);
+  }
+
+  // Whether this lane is the first of its key's lanes holding its head.
+  __device__ __forceinline__ bool first_of_head() const {
+    return ((threadIdx.x % kWarpSize) & (L / HB - 1)) == 0;
+  }
+};
+
 // Rows: the cache type (F16Rows, Q8Rows); C: values per lane load (8 or 4);
-// HB: query heads per block (1, 2 or 4);
-// kCap: soft-capped scores. Grid: x = split + n_splits * (head group), y =
-// token. (The "2 blocks per multiprocessor" bound changes nothing but CUDA
-// 11.8's ptxas heuristics, which otherwise spill a few bytes of the HB = 2
-// variant at 80 registers.)
+// HB: query heads per block (1, 2 or 4); kCap: soft-capped scores. Grid: x =
+// split + n_splits * (head group), y = token.
+//
+// Each warp walks its own keys of the part with its own online softmax, so
+// the loop has no block-wide barrier: a lane slot (L lanes, one key) takes
+// kKeysPerSlot keys an iteration, and the next iteration's K and V rows are
+// loaded before this one's math, so every warp keeps its loads in flight.
+// Scores live in base-2 units (score * log2 e), the softmax in exp2f. The
+// warps' (max, sum, output) are merged once at the end. (The "2 blocks per
+// multiprocessor" bound changes nothing but CUDA 11.8's ptxas heuristics.)
 template <class Rows, int C, int HB, bool kCap>
-__global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(DecodeArgs a) {
-  static_assert(HB <= kDecodeWarps, "one warp per head for the softmax statistics");
-  // Scores [HB][kSubChunk] during the loop, then per-warp partial outputs
-  // [kDecodeWarps][HB][head_dim].
-  __shared__ float buf[kDecodeWarps * HB * kMaxHeadDim];
-  __shared__ float s_m[HB], s_l[HB], s_corr[HB];
-  __shared__ int s_row[kSubChunk];  // the pool rows of the sub-chunk's keys
+__global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(DecodeArgs a) {
+  constexpr int U = kKeysPerSlot;
+  using Vec = typename Rows::template Vec<C>;
+  __shared__ float s_acc[kDecodeWarps][HB][kMaxHeadDim];
+  __shared__ float s_m[kDecodeWarps][HB], s_l[kDecodeWarps][HB];
 
   const int t = static_cast<int>(blockIdx.y);
   const int split = static_cast<int>(blockIdx.x) % a.n_splits;
@@ -127,8 +200,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
   const int L = a.lanes_per_key;
   const int sub = lane & (L - 1);  // which piece of the row
   const int slot = lane / L;       // which key of the warp's step
-  const int keys_per_warp = kWarpSize / L;
-  const int keys_per_step = kDecodeWarps * keys_per_warp;
+  const int slots = kWarpSize / L;
   const int d0 = sub * C;
   const bool has_dims = d0 < a.head_dim;
 
@@ -151,174 +223,156 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) attention_decode_kernel(Dec
   const typename Rows::Head k_rows = Rows::head(a.k, head_offset);
   const typename Rows::Head v_rows = Rows::head(a.v, head_offset);
 
+  // The warp's keys: iteration base j0 covers j0 + u * slots + slot, u < U;
+  // the warps interleave by iteration.
+  const int per_iteration = slots * U;
+  const int stride = kDecodeWarps * per_iteration;
+  const auto fetch = [&](int j0, Vec* k_vec, Vec* v_vec) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * slots + slot;
+      if (has_dims && j < end) {
+        const int64_t e = backend::kv_row(table, j) * a.kv_dim;
+        k_vec[u].load(k_rows, e);
+        v_vec[u].load(v_rows, e);
+      } else {
+        k_vec[u].zero();
+        v_vec[u].zero();
+      }
+    }
+  };
+
+  // Softmax statistics of the lane's own head (HeadLanes): its running max
+  // in base-2 units (the same on every lane of that head in the warp) and
+  // its slot's running sum.
+  float m_own = -INFINITY, l_own = 0.0f;
   float acc[HB][C];
 #pragma unroll
   for (int h = 0; h < HB; ++h) {
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[h][c] = 0.0f;
   }
-  if (threadIdx.x < HB) {
-    s_m[threadIdx.x] = -INFINITY;
-    s_l[threadIdx.x] = 0.0f;
-    s_corr[threadIdx.x] = 1.0f;
+  const HeadLanes<HB> heads(lane, L);
+  Vec k_cur[U], v_cur[U];
+  int j0 = begin + warp * per_iteration;
+  if (j0 < end) fetch(j0, k_cur, v_cur);
+  // j0 is uniform over the warp: the shuffles inside need all 32 lanes.
+  for (; j0 < end; j0 += stride) {
+    Vec k_next[U], v_next[U];
+    if (j0 + stride < end) fetch(j0 + stride, k_next, v_next);
+
+    float s[U];  // the own head's scores
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[C];
+      k_cur[u].widen(kf);
+      float dot[HB];
+#pragma unroll
+      for (int h = 0; h < HB; ++h) {
+        dot[h] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < C; ++c) dot[h] = fmaf(qr[h][c], kf[c], dot[h]);
+      }
+      float score = heads.reduce(dot) * a.scale;
+      if constexpr (kCap) score = a.softcap * tanhf(score / a.softcap);
+      s[u] = j0 + u * slots + slot < end ? score * kLog2e : -INFINITY;
+    }
+    // The running max moves to this iteration's largest score (finite: key
+    // j0 is always valid); what was summed so far is rescaled by
+    // 2^(old - new), only when some head's max grew.
+    float mx = s[0];
+#pragma unroll
+    for (int u = 1; u < U; ++u) mx = fmaxf(mx, s[u]);
+    for (int offset = L; offset < kWarpSize; offset *= 2) {
+      mx = fmaxf(mx, __shfl_xor_sync(kFullWarpMask, mx, offset));
+    }
+    const float m_new = fmaxf(m_own, mx);
+    if (__any_sync(kFullWarpMask, m_new > m_own)) {
+      const float corr_own = fast_exp2(m_own - m_new);  // 0 on the first iteration
+      l_own *= corr_own;
+#pragma unroll
+      for (int h = 0; h < HB; ++h) {
+        const float corr = heads.from_head(corr_own, h);
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[h][c] *= corr;
+      }
+    }
+    m_own = m_new;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const float p_own = fast_exp2(s[u] - m_own);
+      l_own += p_own;
+      float vf[C];
+      v_cur[u].widen(vf);
+#pragma unroll
+      for (int h = 0; h < HB; ++h) {
+        const float p = heads.from_head(p_own, h);
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[h][c] = fmaf(p, vf[c], acc[h][c]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      k_cur[u] = k_next[u];
+      v_cur[u] = v_next[u];
+    }
   }
 
-  for (int c0 = begin; c0 < end; c0 += kSubChunk) {
-    const int len = min(kSubChunk, end - c0);
-    // The pool rows of these keys (the previous sub-chunk's readers are
-    // past the __syncthreads that ends its loop).
-    for (int j = static_cast<int>(threadIdx.x); j < len; j += kDecodeThreads) {
-      s_row[j] = static_cast<int>(backend::kv_row(table, c0 + j));
-    }
-    __syncthreads();
-    // Scores. The loop bound is uniform over the warp: the shuffles inside
-    // need all 32 lanes.
-    for (int jb = warp * keys_per_warp; jb < len; jb += kUnroll * keys_per_step) {
-      typename Rows::template Vec<C> kv[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int j = jb + u * keys_per_step + slot;
-        if (has_dims && j < len) {
-          kv[u].load(k_rows, static_cast<int64_t>(s_row[j]) * a.kv_dim);
-        } else {
-          kv[u].zero();
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        float kf[C];
-        kv[u].widen(kf);
-        float dot[HB];
-#pragma unroll
-        for (int h = 0; h < HB; ++h) {
-          dot[h] = 0.0f;
-#pragma unroll
-          for (int c = 0; c < C; ++c) dot[h] += qr[h][c] * kf[c];
-          dot[h] = group_sum(dot[h], L);
-        }
-        const int j = jb + u * keys_per_step + slot;
-        if (sub == 0 && j < len) {
-#pragma unroll
-          for (int h = 0; h < HB; ++h) buf[h * kSubChunk + j] = dot[h] * a.scale;
-        }
-      }
-    }
-    __syncthreads();
-
-    // Softmax statistics, one warp per head: new running max, the factor
-    // that rescales what was accumulated so far, and the probabilities.
-    if (warp < nh) {
-      float* s = buf + warp * kSubChunk;
-      float mx = -INFINITY;
-      for (int j = lane; j < len; j += kWarpSize) {
-        float v = s[j];
-        if constexpr (kCap) {
-          v = a.softcap * tanhf(v / a.softcap);
-          s[j] = v;
-        }
-        mx = fmaxf(mx, v);
-      }
-      mx = warp_max(mx);
-      const float m_old = s_m[warp];
-      const float m_new = fmaxf(m_old, mx);
-      float sum = 0.0f;
-      for (int j = lane; j < len; j += kWarpSize) {
-        const float p = expf(s[j] - m_new);
-        s[j] = p;
-        sum += p;
-      }
-      sum = warp_sum(sum);
-      // Every lane has read s_m[warp] before lane 0 overwrites it (racecheck:
-      // the shuffles order the lanes in practice, not by the memory model).
-      __syncwarp();
-      if (lane == 0) {
-        const float corr = expf(m_old - m_new);  // 0 on the first sub-chunk
-        s_corr[warp] = corr;
-        s_l[warp] = s_l[warp] * corr + sum;
-        s_m[warp] = m_new;
-      }
-    }
-    __syncthreads();
-
-    // Weighted V.
+  // The slots of a warp share its maxima: their sums and outputs just add.
+  for (int offset = L; offset < kWarpSize; offset *= 2) {
+    l_own += __shfl_xor_sync(kFullWarpMask, l_own, offset);
 #pragma unroll
     for (int h = 0; h < HB; ++h) {
-      const float corr = s_corr[h];
 #pragma unroll
-      for (int c = 0; c < C; ++c) acc[h][c] *= corr;
-    }
-    for (int jb = warp * keys_per_warp; jb < len; jb += kUnroll * keys_per_step) {
-      typename Rows::template Vec<C> vv[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int j = jb + u * keys_per_step + slot;
-        if (has_dims && j < len) {
-          vv[u].load(v_rows, static_cast<int64_t>(s_row[j]) * a.kv_dim);
-        } else {
-          vv[u].zero();
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int j = jb + u * keys_per_step + slot;
-        if (j < len) {
-          float vf[C];
-          vv[u].widen(vf);
-#pragma unroll
-          for (int h = 0; h < HB; ++h) {
-            const float p = buf[h * kSubChunk + j];
-#pragma unroll
-            for (int c = 0; c < C; ++c) acc[h][c] += p * vf[c];
-          }
-        }
-      }
-    }
-    __syncthreads();
-  }
-
-  // Sum over the key slots of the warp, then over the warps.
-#pragma unroll
-  for (int h = 0; h < HB; ++h) {
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      for (int offset = L; offset < kWarpSize; offset *= 2) {
-        acc[h][c] += __shfl_xor_sync(kFullWarpMask, acc[h][c], offset);
-      }
+      for (int c = 0; c < C; ++c) acc[h][c] += __shfl_xor_sync(kFullWarpMask, acc[h][c], offset);
     }
   }
   if (slot == 0 && has_dims) {
 #pragma unroll
     for (int h = 0; h < HB; ++h) {
 #pragma unroll
-      for (int c = 0; c < C; ++c) buf[(warp * HB + h) * a.head_dim + d0 + c] = acc[h][c];
+      for (int c = 0; c < C; ++c) s_acc[warp][h][d0 + c] = acc[h][c];
     }
   }
+  if (slot == 0 && heads.first_of_head()) {
+    s_m[warp][heads.own] = m_own;  // -inf for a warp without keys: its weight is 0
+    s_l[warp][heads.own] = l_own;
+  }
   __syncthreads();
+
+  // Merge the warps: weights 2^(m_w - max m).
   for (int i = static_cast<int>(threadIdx.x); i < nh * a.head_dim; i += kDecodeThreads) {
     const int h = i / a.head_dim;
     const int d = i % a.head_dim;
-    float total = 0.0f;
+    float mx = s_m[0][h];
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) total += buf[(w * HB + h) * a.head_dim + d];
+    for (int w = 1; w < kDecodeWarps; ++w) mx = fmaxf(mx, s_m[w][h]);
+    float total = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float weight = exp2f(s_m[w][h] - mx);
+      total = fmaf(weight, s_acc[w][h][d], total);
+      sum = fmaf(weight, s_l[w][h], sum);
+    }
     const int64_t head = h0 + h;
     if (direct) {
-      a.out[static_cast<int64_t>(t) * q_dim + head * a.head_dim + d] = total / s_l[h];
+      a.out[static_cast<int64_t>(t) * q_dim + head * a.head_dim + d] = total / sum;
     } else {
       a.part_acc[((static_cast<int64_t>(t) * a.n_head + head) * a.n_splits + split) * a.head_dim + d] = total;
+      if (d == 0) {
+        float* ml = a.part_ml + ((static_cast<int64_t>(t) * a.n_head + head) * a.n_splits + split) * 2;
+        ml[0] = mx;
+        ml[1] = sum;
+      }
     }
-  }
-  if (!direct && static_cast<int>(threadIdx.x) < nh) {
-    const int h = static_cast<int>(threadIdx.x);
-    float* ml = a.part_ml + ((static_cast<int64_t>(t) * a.n_head + h0 + h) * a.n_splits + split) * 2;
-    ml[0] = s_m[h];
-    ml[1] = s_l[h];
   }
 }
 
 constexpr int kCombineThreads = 128;
 
 // Merges the parts of one (token, query head): out = sum_s w_s acc_s /
-// sum_s w_s l_s with w_s = exp(m_s - max m). Grid: x = head, y = token.
+// sum_s w_s l_s with w_s = 2^(m_s - max m) (the maxima are base-2 scores).
+// Grid: x = head, y = token.
 __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(DecodeArgs a) {
   __shared__ float weight[detail::kMaxSplits];
   __shared__ float total;
@@ -334,7 +388,7 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Deco
   }
   const int n_pos = pos + 1;
   const int first = a.window > 0 ? max(0, n_pos - a.window) : 0;  // as the decode kernel
-  const int per_part = part_length(n_pos - first, a);  // as the decode kernel
+  const int per_part = part_length(n_pos - first, a);             // as the decode kernel
   const int n_valid = min(a.n_splits, (n_pos - first + per_part - 1) / per_part);
   const float* ml = a.part_ml + item * a.n_splits * 2;
   if (threadIdx.x < kWarpSize) {
@@ -344,7 +398,7 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Deco
     m = warp_max(m);
     float sum = 0.0f;
     for (int s = lane; s < n_valid; s += kWarpSize) {
-      const float w = expf(ml[2 * s] - m);
+      const float w = exp2f(ml[2 * s] - m);
       weight[s] = w;
       sum += w * ml[2 * s + 1];
     }
@@ -375,24 +429,59 @@ void launch_decode(const DecodeArgs& a, int n_tokens, cudaStream_t stream) {
 template <class Rows, int C>
 void launch_decode_for_heads(const DecodeArgs& a, int heads_per_block, int n_tokens, cudaStream_t stream) {
   switch (heads_per_block) {
-    case 1: launch_decode<Rows, C, 1>(a, n_tokens, stream); return;
-    case 2: launch_decode<Rows, C, 2>(a, n_tokens, stream); return;
-    default: launch_decode<Rows, C, 4>(a, n_tokens, stream); return;
+    case 1:
+      launch_decode<Rows, C, 1>(a, n_tokens, stream);
+      return;
+    case 2:
+      launch_decode<Rows, C, 2>(a, n_tokens, stream);
+      return;
+    default:
+      launch_decode<Rows, C, 4>(a, n_tokens, stream);
+      return;
+  }
+}
+
+// Decode blocks of one variant that run at once on the current device (its
+// occupancy times the multiprocessors), asked once per device.
+template <class Rows, int C, int HB>
+int resident_blocks() {
+  static std::atomic<int> known[64];  // per device; 0: not asked yet
+  int device = 0;
+  M40_CUDA_CHECK(cudaGetDevice(&device));
+  int count = device >= 0 && device < 64 ? known[device].load() : 0;
+  if (count == 0) {
+    int per_sm = 0;
+    M40_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_kernel<Rows, C, HB, false>,
+                                                                 kDecodeThreads, 0));
+    count = std::max(1, per_sm) * current_multiprocessor_count();
+    if (device >= 0 && device < 64) known[device] = count;
+  }
+  return count;
+}
+
+template <class Rows, int C>
+int resident_blocks_for_heads(int heads_per_block) {
+  switch (heads_per_block) {
+    case 1:
+      return resident_blocks<Rows, C, 1>();
+    case 2:
+      return resident_blocks<Rows, C, 2>();
+    default:
+      return resident_blocks<Rows, C, 4>();
   }
 }
 
 }  // namespace
 
-void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,
-                const int32_t* seq_ids, const int32_t* positions, int n_tokens, int max_positions, float* out,
-                cudaStream_t stream, int forced_splits) {
+void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q, const int32_t* seq_ids,
+                const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream,
+                int forced_splits) {
   // The keys a token sees: its whole context, or at most the window.
   const int span = shape.window > 0 ? std::min(max_positions, shape.window) : max_positions;
   if (n_tokens > 65535) {
     throw Error("attention: the decode kernel takes at most 65535 tokens, got " + std::to_string(n_tokens));
   }
   const int gqa = shape.n_head / shape.n_head_kv;
-  const int heads_per_block = gqa == 1 ? 1 : gqa == 2 ? 2 : 4;
   const bool q8 = cache.type == KvFormat::Q8_0;
   const bool rows_of_8 = kv_rows_of_8(cache, shape.head_dim);
   const int piece = rows_of_8 ? 8 : 4;
@@ -401,24 +490,31 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
     throw Error("attention: head_dim " + std::to_string(shape.head_dim) +
                 " needs 16-byte aligned K/V rows (a multiple of 8) beyond 128");
   }
+  // Query heads per block: the GQA group, up to 4 and up to the lanes of a
+  // key (HeadLanes gives each of a key's lanes one head).
+  const int heads_per_block = std::min(gqa == 1 ? 1 : gqa == 2 ? 2 : 4, lanes);
 
   DecodeArgs a{};
   fill_common_args(a, cache, shape, scale, q, seq_ids, positions, out);
   a.groups_per_kv = ceil_div(gqa, heads_per_block);
   a.lanes_per_key = lanes;
 
-  // Parts: enough blocks to fill the GPU (about 8 per multiprocessor: a
-  // block keeps only 8 KB of loads in flight, so a single sequence with few
-  // KV heads needs its context cut fine), each part a multiple of 64
-  // positions, at most kMaxSplits parts.
+  // Parts: one wave of blocks, as many as the GPU runs at once (each warp
+  // keeps its own loads in flight, so a full wave of whole parts reads at
+  // the card's pace and a second, partial wave would only add a tail); each
+  // part a multiple of 64 positions, at most kMaxSplits parts.
   const int blocks_per_part = n_tokens * shape.n_head_kv * a.groups_per_kv;
+  const int resident = q8 ? (rows_of_8 ? resident_blocks_for_heads<Q8Rows, 8>(heads_per_block)
+                                       : resident_blocks_for_heads<Q8Rows, 4>(heads_per_block))
+                          : (rows_of_8 ? resident_blocks_for_heads<F16Rows, 8>(heads_per_block)
+                                       : resident_blocks_for_heads<F16Rows, 4>(heads_per_block));
   int splits = 1;
   int per_split = span;
   if (forced_splits > 0) {
     splits = std::min({forced_splits, detail::kMaxSplits, span});
     per_split = ceil_div(span, splits);
   } else {
-    const int wanted = ceil_div(int64_t{8} * current_multiprocessor_count(), blocks_per_part);
+    const int wanted = resident / blocks_per_part;
     const int granules = ceil_div(span, kSplitGranule);
     splits = std::max(1, std::min({wanted, granules, detail::kMaxSplits}));
     per_split = ceil_div(ceil_div(span, splits), kSplitGranule) * kSplitGranule;
