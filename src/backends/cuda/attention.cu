@@ -93,7 +93,8 @@ void attention_with_plan(const KvLayer& cache, const AttentionShape& shape, cons
     kernel = n_tokens <= kDecodeMaxTokens ? AttentionKernel::Decode : AttentionKernel::Prefill;
   }
   if (kernel == AttentionKernel::Decode) {
-    attn::run_decode(cache, shape, scale, q, seq_ids, positions, n_tokens, max_positions, out, stream, plan.splits);
+    attn::run_decode(cache, shape, scale, q, seq_ids, positions, n_tokens, max_positions, out, stream, plan.splits,
+                     plan.heads_per_block);
   } else {
     attn::run_prefill(cache, shape, scale, q, seq_ids, positions, n_tokens, out, stream);
   }

@@ -475,7 +475,7 @@ int resident_blocks_for_heads(int heads_per_block) {
 
 void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q, const int32_t* seq_ids,
                 const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream,
-                int forced_splits) {
+                int forced_splits, int forced_heads) {
   // The keys a token sees: its whole context, or at most the window.
   const int span = shape.window > 0 ? std::min(max_positions, shape.window) : max_positions;
   if (n_tokens > 65535) {
@@ -492,7 +492,8 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   }
   // Query heads per block: the GQA group, up to 4 and up to the lanes of a
   // key (HeadLanes gives each of a key's lanes one head).
-  const int heads_per_block = std::min(gqa == 1 ? 1 : gqa == 2 ? 2 : 4, lanes);
+  const int wanted_heads = forced_heads > 0 ? forced_heads : gqa == 1 ? 1 : gqa == 2 ? 2 : 4;
+  const int heads_per_block = std::min(wanted_heads >= 4 ? 4 : wanted_heads >= 2 ? 2 : 1, lanes);
 
   DecodeArgs a{};
   fill_common_args(a, cache, shape, scale, q, seq_ids, positions, out);

@@ -161,10 +161,11 @@ void fill_common_args(Args& a, const KvLayer& cache, const AttentionShape& shape
 }
 
 // The decode kernel (attention_decode.cu) for n_tokens tokens seeing up to
-// max_positions keys; forced_splits > 0 fixes the number of context parts.
+// max_positions keys; forced_splits > 0 fixes the number of context parts,
+// forced_heads > 0 the query heads a block takes.
 void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,
                 const int32_t* seq_ids, const int32_t* positions, int n_tokens, int max_positions, float* out,
-                cudaStream_t stream, int forced_splits);
+                cudaStream_t stream, int forced_splits, int forced_heads);
 
 // The prefill kernel (attention_prefill.cu).
 void run_prefill(const KvLayer& cache, const AttentionShape& shape, float scale, const float* q,

@@ -28,6 +28,9 @@ struct AttentionPlan {
   // kernel writes the output itself). 0: chosen from the batch and the GPU's
   // size. Clamped to 1..kMaxSplits and to max_positions.
   int splits = 0;
+  // Decode only: query heads a block takes (1, 2 or 4; at most the lanes of
+  // a key). 0: the GQA group, up to 4.
+  int heads_per_block = 0;
 };
 
 void attention_with_plan(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,

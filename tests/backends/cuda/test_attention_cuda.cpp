@@ -79,8 +79,12 @@ std::string describe(const AttentionPlan& plan) {
   switch (plan.kernel) {
     case AttentionKernel::Auto: return "auto";
     case AttentionKernel::Prefill: return "prefill kernel";
-    case AttentionKernel::Decode:
-      return plan.splits == 0 ? "decode kernel, automatic split" : "decode kernel, " + std::to_string(plan.splits) + " parts";
+    case AttentionKernel::Decode: {
+      std::string d = plan.splits == 0 ? "decode kernel, automatic split"
+                                       : "decode kernel, " + std::to_string(plan.splits) + " parts";
+      if (plan.heads_per_block > 0) d += ", " + std::to_string(plan.heads_per_block) + " heads a block";
+      return d;
+    }
   }
   return "?";
 }
@@ -186,6 +190,7 @@ class Attention : public test::CudaStreamTest {
         {AttentionKernel::Decode, 0},
         {AttentionKernel::Decode, 1},
         {AttentionKernel::Decode, 7},
+        {AttentionKernel::Decode, 0, 2},  // GQA groups split over blocks of 2 heads
         {AttentionKernel::Prefill, 0},
     };
     for (const AttentionPlan& plan : plans) {
