@@ -85,8 +85,8 @@ void register_gen_model_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "gen-model",
       "Write a synthetic model with random weights in a real model's shape and architecture\n"
-      "(llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3; mixture-of-experts shapes\n"
-      "qwen3-30b-a3b and mixtral-8x7b), for benchmarks and tests.\n"
+      "(llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3; mixture-of-experts shapes\n"
+      "qwen3-30b-a3b, qwen1.5-moe-a2.7b and mixtral-8x7b), for benchmarks and tests.\n"
       "Example: m40-llm gen-model llama2-7b-q4km.gguf --shape llama2-7b --type q4_k_m "
       "--tokenizer-from llama-2-tiny-random.gguf");
   cmd->add_option("OUTPUT", opts->output, "Path of the GGUF file to write")->required();

@@ -174,6 +174,9 @@ void architecture_section(Report& rows, const model::ModelSummary& s) {
     std::string experts = std::to_string(*s.expert_count);
     if (s.expert_used_count) experts += ", " + std::to_string(*s.expert_used_count) + " used per token";
     if (s.expert_feed_forward_length) experts += ", expert FFN width " + std::to_string(*s.expert_feed_forward_length);
+    if (s.shared_expert_feed_forward_length) {
+      experts += ", a shared expert of width " + std::to_string(*s.shared_expert_feed_forward_length);
+    }
     rows.row("experts", experts);
     if (s.active_parameter_count) {
       rows.row("active parameters", model::format_parameter_count(*s.active_parameter_count) + " per token");
@@ -390,6 +393,7 @@ Json summary_json(const model::ModelSummary& s) {
   put(a, "expert_count", s.expert_count);
   put(a, "expert_used_count", s.expert_used_count);
   put(a, "expert_feed_forward_length", s.expert_feed_forward_length);
+  put(a, "shared_expert_feed_forward_length", s.shared_expert_feed_forward_length);
   put(a, "active_parameter_count", s.active_parameter_count);
   put(a, "decode_bytes_per_token", s.decode_bytes_per_token);
   put(a, "head_count", s.head_count);

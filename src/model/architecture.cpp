@@ -15,6 +15,15 @@ constexpr Architecture kArchitectures[] = {
     {.name = "qwen2", .rope_style = RopeStyle::NeoX, .activation = FfnActivation::Silu, .qkv_bias = true},
     // Qwen3 dense.
     {.name = "qwen3", .rope_style = RopeStyle::NeoX, .activation = FfnActivation::Silu, .qk_norm = true},
+    // Qwen1.5-MoE, Qwen2-MoE (57B-A14B): routed experts without
+    // renormalization plus a sigmoid-gated shared expert.
+    {.name = "qwen2moe",
+     .rope_style = RopeStyle::NeoX,
+     .activation = FfnActivation::Silu,
+     .experts_required = true,
+     .reads_expert_ff_length = true,
+     .expert_weights_renormalized = false,
+     .shared_expert = true},
     {.name = "qwen3moe",
      .rope_style = RopeStyle::NeoX,
      .activation = FfnActivation::Silu,

@@ -69,10 +69,17 @@ struct Architecture {
 
   // Mixture-of-experts FFN (ffn_gate_inp router, ffn_{gate,up,down}_exps):
   // in every architecture when expert_count > 0 (llama: Mixtral), required
-  // here. Routing as llama.cpp's build_moe_ffn with softmax gating and
-  // renormalized weights (qwen3moe, llama).
+  // here. Routing as llama.cpp's build_moe_ffn with softmax gating over all
+  // experts and the top expert_used_count chosen.
   bool experts_required = false;
   bool reads_expert_ff_length = false;  // expert_feed_forward_length (default n_ff / expert_used_count); else n_ff
+  // The chosen experts' probabilities are renormalized to sum 1 (qwen3moe,
+  // llama); otherwise they are the softmax's own (qwen2moe).
+  bool expert_weights_renormalized = true;
+  // A shared expert beside the routed ones (qwen2moe): every token also
+  // passes ffn_{gate,up,down}_shexp (expert_shared_feed_forward_length wide,
+  // default n_ff), scaled by sigmoid(ffn_gate_inp_shexp · x).
+  bool shared_expert = false;
 
   // Why m40-llm cannot run it yet; empty when it can.
   std::string_view not_runnable = {};

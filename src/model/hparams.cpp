@@ -383,6 +383,11 @@ ModelHparams ModelHparams::from_metadata(const gguf::Metadata& metadata, const g
       if (hp.n_ff_expert == 0) hp.n_ff_expert = hp.n_ff / hp.n_expert_used;
     }
     if (hp.n_ff_expert == 0) inconsistent(key("expert_feed_forward_length") + " is 0");
+    if (hp.desc->shared_expert) {
+      hp.n_ff_shared_expert = keys.optional<uint32_t>("expert_shared_feed_forward_length").value_or(0);
+      if (hp.n_ff_shared_expert == 0) hp.n_ff_shared_expert = hp.n_ff;
+      if (hp.n_ff_shared_expert == 0) inconsistent(key("expert_shared_feed_forward_length") + " is 0");
+    }
   } else {
     hp.n_expert_used = 0;
   }

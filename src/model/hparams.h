@@ -75,6 +75,7 @@ struct ModelHparams {
   uint32_t n_expert = 0;       // {arch}.expert_count
   uint32_t n_expert_used = 0;  // {arch}.expert_used_count
   uint32_t n_ff_expert = 0;    // {arch}.expert_feed_forward_length (qwen3moe; default n_ff / n_expert_used), llama: n_ff
+  uint32_t n_ff_shared_expert = 0;  // {arch}.expert_shared_feed_forward_length (default n_ff); 0: no shared expert
   float rms_eps = 0.0f;       // {arch}.attention.layer_norm_rms_epsilon
 
   // RoPE as the file describes it ...

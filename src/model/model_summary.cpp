@@ -264,6 +264,7 @@ ModelSummary summarize(const gguf::File& file) {
       const ModelWeights weights = ModelWeights::load(file, hparams);
       s.architecture_runnable = true;
       if (hparams.has_experts()) s.expert_feed_forward_length = hparams.n_ff_expert;
+      if (hparams.n_ff_shared_expert != 0) s.shared_expert_feed_forward_length = hparams.n_ff_shared_expert;
       s.unused_tensors = weights.unused_tensors;
     } catch (const std::exception& e) {
       s.not_runnable_reason = e.what();

@@ -107,6 +107,7 @@ struct ModelSummary {
   std::optional<uint64_t> expert_count;               // {arch}.expert_count
   std::optional<uint64_t> expert_used_count;          // {arch}.expert_used_count: experts each token runs
   std::optional<uint64_t> expert_feed_forward_length; // one expert's FFN width (as the loader resolves it when it loads)
+  std::optional<uint64_t> shared_expert_feed_forward_length;  // the shared expert's FFN width (qwen2moe)
   // Parameters one token computes with: every tensor, but of the 3-D expert
   // tensors (*_exps) only expert_used_count of expert_count slices.
   std::optional<uint64_t> active_parameter_count;

@@ -86,6 +86,14 @@ const std::map<std::string, SyntheticShape>& shapes() {
         {.name = "tiny-qwen3moe", .n_layer = 2, .n_embd = 64, .n_ff = 192, .n_head = 4, .n_head_kv = 2,
          .context_length = 40960, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen3moe",
          .head_dim = 32, .n_expert = 8, .n_expert_used = 2, .n_ff_expert = 32},
+        // Qwen1.5-MoE-A2.7B: 60 experts of 1408, 4 used, and a shared
+        // expert of 5632.
+        {.name = "qwen1.5-moe-a2.7b", .n_layer = 24, .n_embd = 2048, .n_ff = 5632, .n_head = 16, .n_head_kv = 16,
+         .context_length = 8192, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen2moe",
+         .n_expert = 60, .n_expert_used = 4, .n_ff_expert = 1408, .n_ff_shared_expert = 5632},
+        {.name = "tiny-qwen2moe", .n_layer = 2, .n_embd = 64, .n_ff = 96, .n_head = 4, .n_head_kv = 2,
+         .context_length = 8192, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .architecture = "qwen2moe",
+         .n_expert = 8, .n_expert_used = 2, .n_ff_expert = 32, .n_ff_shared_expert = 64},
         {.name = "tiny-mixtral", .n_layer = 2, .n_embd = 128, .n_ff = 64, .n_head = 4, .n_head_kv = 2,
          .context_length = 32768, .rope_freq_base = 1000000.0f, .rms_eps = 1e-5f, .tied_output = true,
          .n_expert = 4, .n_expert_used = 2},
@@ -246,6 +254,7 @@ struct LayerDims {
   uint64_t kv_width;  // n_head_kv × head_dim
   uint64_t n_expert;     // 0: a dense FFN
   uint64_t n_ff_expert;  // one expert's FFN width
+  uint64_t n_ff_shared_expert;  // 0: no shared expert
 };
 
 // Collects a model's tensors in file order, each typed as llama-quantize
@@ -327,6 +336,7 @@ struct Architecture {
   bool may_have_experts = false;             // expert_count / expert_used_count when the shape has experts (llama)
   bool experts_required = false;             // (qwen3moe)
   bool writes_expert_ff_length = false;      // expert_feed_forward_length (qwen3moe)
+  bool shared_expert = false;  // ffn_*_shexp and expert_shared_feed_forward_length (qwen2moe)
 };
 
 void separate_qkv(Layer& l, bool biases) {
@@ -352,6 +362,12 @@ void gated_ffn(Layer& l) {
     l.experts("ffn_gate_exps.weight", Matrix::kFfnGate, l.d.n_embd, l.d.n_ff_expert);
     l.experts("ffn_up_exps.weight", Matrix::kFfnUp, l.d.n_embd, l.d.n_ff_expert);
     l.experts("ffn_down_exps.weight", Matrix::kFfnDown, l.d.n_ff_expert, l.d.n_embd);
+    if (l.d.n_ff_shared_expert != 0) {
+      l.f32_matrix("ffn_gate_inp_shexp.weight", l.d.n_embd, 1);
+      l.matrix("ffn_gate_shexp.weight", Matrix::kFfnGate, l.d.n_embd, l.d.n_ff_shared_expert);
+      l.matrix("ffn_up_shexp.weight", Matrix::kFfnUp, l.d.n_embd, l.d.n_ff_shared_expert);
+      l.matrix("ffn_down_shexp.weight", Matrix::kFfnDown, l.d.n_ff_shared_expert, l.d.n_embd);
+    }
     return;
   }
   l.matrix("ffn_gate.weight", Matrix::kFfnGate, l.d.n_embd, l.d.n_ff);
@@ -401,6 +417,13 @@ constexpr Architecture kArchitectures[] = {
      .may_have_experts = true},
     {.name = "qwen2", .block = llama_block, .qkv_bias = true},
     {.name = "qwen3", .block = llama_block, .qk_norm = true, .writes_head_dim = true},
+    {.name = "qwen2moe",
+     .block = llama_block,
+     .qkv_bias = true,
+     .may_have_experts = true,
+     .experts_required = true,
+     .writes_expert_ff_length = true,
+     .shared_expert = true},
     {.name = "qwen3moe",
      .block = llama_block,
      .qk_norm = true,
@@ -488,6 +511,9 @@ void set_hparams(gguf::Metadata& m, const SyntheticShape& s, const Architecture&
     m.set(p + "attention.value_length", gguf::Value(s.head_width()));
   }
   if (arch.writes_expert_ff_length) m.set(p + "expert_feed_forward_length", gguf::Value(s.expert_width()));
+  if (arch.shared_expert) {
+    m.set(p + "expert_shared_feed_forward_length", gguf::Value(s.shared_expert_width()));
+  }
   if (s.attn_logit_softcapping != 0.0f) m.set(p + "attn_logit_softcapping", gguf::Value(s.attn_logit_softcapping));
   if (s.final_logit_softcapping != 0.0f) {
     m.set(p + "final_logit_softcapping", gguf::Value(s.final_logit_softcapping));
@@ -538,8 +564,14 @@ SyntheticPlan plan_synthetic_model(const SyntheticShape& s, const std::string& r
 
   SyntheticPlan plan;
   TensorPlanner planner(s, recipe, plan);
-  const LayerDims dims{s.n_embd, s.n_ff, s.head_width(), uint64_t{s.n_head} * s.head_width(),
-                       uint64_t{s.n_head_kv} * s.head_width(), s.n_expert, s.expert_width()};
+  const LayerDims dims{s.n_embd,
+                       s.n_ff,
+                       s.head_width(),
+                       uint64_t{s.n_head} * s.head_width(),
+                       uint64_t{s.n_head_kv} * s.head_width(),
+                       s.n_expert,
+                       s.expert_width(),
+                       arch.shared_expert ? s.shared_expert_width() : 0};
   const float head_stddev = 4.0f / std::sqrt(static_cast<float>(s.n_embd));
   // A tied token_embd is also the output head, so it is drawn at the head's scale.
   planner.matrix("token_embd.weight", Matrix::kTokenEmbd, 0, s.n_embd, n_vocab, s.tied_output ? head_stddev : 1.0f);

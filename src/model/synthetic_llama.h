@@ -1,7 +1,7 @@
 // Synthetic models: real GGUF files of any shape with seeded random weights
 // stored as valid blocks of the chosen type. They let benchmarks run on 7B
 // shapes without downloading anything. Each shape names its architecture
-// (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3), and the file carries exactly
+// (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3), and the file carries exactly
 // the tensors and hyperparameter keys that llama.cpp's converter writes for
 // that architecture, so llama.cpp loads it too.
 #pragma once
@@ -49,9 +49,13 @@ struct SyntheticShape {
   uint32_t n_expert = 0;
   uint32_t n_expert_used = 0;
   uint32_t n_ff_expert = 0;  // 0: n_ff
+  // qwen2moe's shared expert (ffn_{gate,up,down}_shexp and its gate
+  // ffn_gate_inp_shexp), written as expert_shared_feed_forward_length.
+  uint32_t n_ff_shared_expert = 0;  // 0: n_ff
 
   uint32_t head_width() const { return head_dim != 0 ? head_dim : n_embd / n_head; }
   uint32_t expert_width() const { return n_ff_expert != 0 ? n_ff_expert : n_ff; }
+  uint32_t shared_expert_width() const { return n_ff_shared_expert != 0 ? n_ff_shared_expert : n_ff; }
 };
 
 // The named shapes; nothing for an unknown name.

@@ -219,6 +219,12 @@ ModelWeights ModelWeights::load(const gguf::File& file, const ModelHparams& hp) 
       l.gate_exps = find.require_slices(p + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_expert, hp.n_expert);
       l.up_exps = find.require_slices(p + "ffn_up_exps.weight", hp.n_embd, hp.n_ff_expert, hp.n_expert);
       l.down_exps = find.require_slices(p + "ffn_down_exps.weight", hp.n_ff_expert, hp.n_embd, hp.n_expert);
+      if (arch.shared_expert) {
+        l.gate_inp_shexp = find.require(p + "ffn_gate_inp_shexp.weight", hp.n_embd, 1);
+        l.gate_shexp = find.require(p + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shared_expert);
+        l.up_shexp = find.require(p + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shared_expert);
+        l.down_shexp = find.require(p + "ffn_down_shexp.weight", hp.n_ff_shared_expert, hp.n_embd);
+      }
     } else if (arch.fused_gate_up) {
       const WeightView gate_up = find.require(p + "ffn_up.weight", hp.n_embd, 2 * uint64_t{hp.n_ff});
       l.w_gate = row_range(gate_up, 0, hp.n_ff, "gate");
@@ -258,6 +264,7 @@ uint64_t ModelWeights::layer_bytes(size_t layer) const {
     total += view_bytes(*v);
   }
   total += view_bytes(l.ffn_gate_inp);
+  for (const WeightView* v : {&l.gate_inp_shexp, &l.gate_shexp, &l.up_shexp, &l.down_shexp}) total += view_bytes(*v);
   for (const auto* slices : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
     for (const WeightView& v : *slices) total += view_bytes(v);
   }

@@ -50,7 +50,13 @@ struct LayerWeights {
   std::vector<WeightView> gate_exps;      // per expert: [n_embd -> n_ff_expert], slices of ffn_gate_exps
   std::vector<WeightView> up_exps;        // per expert: [n_embd -> n_ff_expert], slices of ffn_up_exps
   std::vector<WeightView> down_exps;      // per expert: [n_ff_expert -> n_embd], slices of ffn_down_exps
+  // The shared expert (qwen2moe), beside the routed ones:
+  WeightView gate_inp_shexp;  // its gate [n_embd -> 1]: output × sigmoid(gate · x)
+  WeightView gate_shexp;      // [n_embd -> n_ff_shared_expert]
+  WeightView up_shexp;        // [n_embd -> n_ff_shared_expert]
+  WeightView down_shexp;      // [n_ff_shared_expert -> n_embd]
   bool has_experts() const { return ffn_gate_inp.present(); }
+  bool has_shared_expert() const { return gate_inp_shexp.present(); }
 };
 
 // The slices of a 3-D tensor (an expert tensor: gate_exps, up_exps,
@@ -101,6 +107,7 @@ struct ModelWeights {
   uint64_t stage_bytes(size_t first, size_t end) const;
   // Whether the layers route tokens to experts (a backend without MoE support refuses these).
   bool has_experts() const { return !layers.empty() && layers[0].has_experts(); }
+  bool has_shared_expert() const { return !layers.empty() && layers[0].has_shared_expert(); }
 };
 
 }  // namespace m40::model

@@ -223,7 +223,8 @@ void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> 
       rms_norm(x.data() + t * n_embd, ffn_norm_[layer].data(), xn.data() + t * n_embd, n_embd, hp.rms_eps);
     }
     if (w.has_experts()) {
-      moe_ffn(w, static_cast<int>(hp.n_expert_used), xn.data(), n, n_embd, proj.data(), pool_);
+      moe_ffn(w, static_cast<int>(hp.n_expert_used), hp.desc->expert_weights_renormalized, xn.data(), n, n_embd,
+              proj.data(), pool_);
     } else {
       matmul(w.w_gate, xn.data(), n, gate.data(), pool_);
       matmul(w.w_up, xn.data(), n, up.data(), pool_);

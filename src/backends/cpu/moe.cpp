@@ -9,7 +9,7 @@
 
 namespace m40::cpu {
 
-void route_experts(const float* logits, int n_expert, int k, ExpertChoice* out) {
+void route_experts(const float* logits, int n_expert, int k, bool renormalize, ExpertChoice* out) {
   if (k <= 0 || k > n_expert) throw Error("expert routing: k must be between 1 and the expert count");
   std::vector<float> probs(logits, logits + n_expert);
   softmax(probs.data(), n_expert);
@@ -17,20 +17,50 @@ void route_experts(const float* logits, int n_expert, int k, ExpertChoice* out) 
   std::iota(order.begin(), order.end(), 0);
   // Descending probability; equal ones keep index order (stable).
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
+  if (!renormalize) {
+    for (int i = 0; i < k; ++i) out[i] = {order[i], probs[order[i]]};
+    return;
+  }
   float sum = 0.0f;
   for (int i = 0; i < k; ++i) sum += probs[order[i]];
   sum = std::max(sum, 6.103515625e-5f);
   for (int i = 0; i < k; ++i) out[i] = {order[i], probs[order[i]] / sum};
 }
 
-void moe_ffn(const model::LayerWeights& w, int n_expert_used, const float* xn, int64_t n, int64_t n_embd,
-             float* proj, ThreadPool& pool) {
+namespace {
+
+// proj[t] += sigmoid(gate_inp_shexp · xn[t]) · down_s(silu(gate_s · xn[t]) ⊙
+// up_s · xn[t]), after the routed experts' sum (llama.cpp's qwen2moe graph:
+// the sigmoid as silu(g) / g, which is the same function).
+void add_shared_expert(const model::LayerWeights& w, const float* xn, int64_t n, int64_t n_embd, float* proj,
+                       ThreadPool& pool) {
+  const int64_t n_ff = static_cast<int64_t>(w.gate_shexp.rows);
+  std::vector<float> gate(n * n_ff), up(n * n_ff), down(n * n_embd), g(n);
+  matmul(w.gate_inp_shexp, xn, n, g.data(), pool);
+  matmul(w.gate_shexp, xn, n, gate.data(), pool);
+  matmul(w.up_shexp, xn, n, up.data(), pool);
+  silu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
+  matmul(w.down_shexp, gate.data(), n, down.data(), pool);
+  for (int64_t t = 0; t < n; ++t) {
+    const float scale = 1.0f / (1.0f + std::exp(-g[t]));
+    float* dst = proj + t * n_embd;
+    const float* src = down.data() + t * n_embd;
+    for (int64_t j = 0; j < n_embd; ++j) dst[j] += src[j] * scale;
+  }
+}
+
+}  // namespace
+
+void moe_ffn(const model::LayerWeights& w, int n_expert_used, bool renormalize, const float* xn, int64_t n,
+             int64_t n_embd, float* proj, ThreadPool& pool) {
   const int n_expert = static_cast<int>(w.ffn_gate_inp.rows);
   const int k = n_expert_used;
   std::vector<float> logits(n * n_expert);
   matmul(w.ffn_gate_inp, xn, n, logits.data(), pool);
   std::vector<ExpertChoice> choice(n * k);
-  for (int64_t t = 0; t < n; ++t) route_experts(logits.data() + t * n_expert, n_expert, k, choice.data() + t * k);
+  for (int64_t t = 0; t < n; ++t) {
+    route_experts(logits.data() + t * n_expert, n_expert, k, renormalize, choice.data() + t * k);
+  }
 
   // Each slot's weighted expert output, summed in slot order afterwards (as
   // llama.cpp adds the slots' views one after the other).
@@ -66,6 +96,7 @@ void moe_ffn(const model::LayerWeights& w, int n_expert_used, const float* xn, i
     std::copy_n(slot_out.data() + t * k * n_embd, n_embd, dst);
     for (int s = 1; s < k; ++s) add_in_place(dst, slot_out.data() + (t * k + s) * n_embd, n_embd);
   }
+  if (w.has_shared_expert()) add_shared_expert(w, xn, n, n_embd, proj, pool);
 }
 
 }  // namespace m40::cpu

@@ -60,6 +60,10 @@ CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelW
     throw Error("the CUDA attention takes heads of a multiple of 4 values up to 128, or of 8 up to 256; " +
                 hparams.architecture + " has " + std::to_string(hparams.head_dim()) + ": use --cpu");
   }
+  if (hparams.desc->shared_expert || (hparams.has_experts() && !hparams.desc->expert_weights_renormalized)) {
+    throw Error("the CUDA backend does not run " + hparams.architecture +
+                "'s shared expert and unrenormalized expert weights yet: use --cpu");
+  }
   if (hparams.n_expert > static_cast<uint32_t>(kMaxExperts)) {
     throw Error("the CUDA backend routes up to " + std::to_string(kMaxExperts) + " experts; " + hparams.architecture +
                 " has " + std::to_string(hparams.n_expert) + ": use --cpu");

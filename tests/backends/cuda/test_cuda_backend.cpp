@@ -609,3 +609,28 @@ TEST(CudaBackend, AnF32CacheIsRefused) {
   go.kv_type = backend::KvType::F32;
   EXPECT_THROW(cuda::CudaBackend(model->hparams, model->weights, go), Error);
 }
+
+// qwen2moe's shared expert and unrenormalized routing run on the CPU only:
+// the CUDA backend refuses such a model by name, before touching a GPU (so
+// this runs without one too).
+TEST(CudaBackend, AQwen2MoeModelIsRefusedWithThePointerToTheCpu) {
+  const auto tokenizer_path = test::shared_model("arch/tiny-qwen2-F32.gguf");
+  if (!std::filesystem::exists(tokenizer_path)) GTEST_SKIP() << "shared model missing";
+  const gguf::File tokenizer = gguf::File::open(tokenizer_path.string());
+  model::SyntheticOptions s;
+  s.shape = *model::synthetic_shape("tiny-qwen2moe");
+  s.recipe = "f32";
+  s.threads = 1;
+  s.tokenizer_source = &tokenizer;
+  const auto path = std::filesystem::path(::testing::TempDir()) / "m40-cuda-tiny-qwen2moe.gguf";
+  model::write_synthetic_llama(s, path.string());
+  auto model = model::LoadedModel::open(path.string());
+  std::filesystem::remove(path);
+  try {
+    cuda::CudaBackend backend(model->hparams, model->weights, cuda::CudaBackendOptions{});
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("qwen2moe"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use --cpu"), std::string::npos) << e.what();
+  }
+}

@@ -68,7 +68,8 @@ TEST(MoeCuda, RoutingMatchesTheCpu) {
                                             static_cast<uint32_t>(c.n_expert * 31 + c.k));
     std::vector<cpu::ExpertChoice> want(static_cast<size_t>(c.n_tokens) * c.k);
     for (int t = 0; t < c.n_tokens; ++t) {
-      cpu::route_experts(logits.data() + static_cast<size_t>(t) * c.n_expert, c.n_expert, c.k, want.data() + t * c.k);
+      cpu::route_experts(logits.data() + static_cast<size_t>(t) * c.n_expert, c.n_expert, c.k, true,
+                         want.data() + t * c.k);
     }
     DeviceBuffer<float> d_logits(logits.size());
     DeviceBuffer<int32_t> d_ids(want.size());
@@ -239,7 +240,7 @@ TEST(MoeCuda, RouteAndGroupRoutesAsTheCpuAndGroups) {
     std::vector<int32_t> ids;
     std::vector<cpu::ExpertChoice> choice(c.k);
     for (int t = 0; t < c.n_tokens; ++t) {
-      cpu::route_experts(logits.data() + static_cast<size_t>(t) * c.n_expert, c.n_expert, c.k, choice.data());
+      cpu::route_experts(logits.data() + static_cast<size_t>(t) * c.n_expert, c.n_expert, c.k, true, choice.data());
       for (const auto& ch : choice) ids.push_back(ch.expert);
     }
     expect_grouping(ids, c.k, c.n_expert, expert_item_tokens(c.n_tokens, c.k, c.n_expert), &logits);
