@@ -39,6 +39,7 @@
 #include "gguf/tensor_type.h"
 #include "quant/block_types.h"
 #include "quant/fp16.h"
+#include "cuda_bench_common.cuh"
 
 namespace {
 
@@ -98,14 +99,9 @@ double time_ms(cudaStream_t stream, int per_round, int reps, Body&& body) {
 // launches them without the host's per-launch cost between them.
 template <class Body>
 double time_graph_ms(cudaStream_t stream, int per_round, int reps, Body&& body) {
-  cudaGraph_t graph = nullptr;
-  M40_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < per_round; ++i) body(i);
-  M40_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t instantiated = cudaGraphInstantiateWithFlags(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  M40_CUDA_CHECK(instantiated);
+  cudaGraphExec_t exec = m40::bench::capture_graph(stream, [&] {
+    for (int i = 0; i < per_round; ++i) body(i);
+  });
   const double ms = time_ms(stream, 1, reps, [&](int) { M40_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
   cudaGraphExecDestroy(exec);
   return ms / per_round;

@@ -65,6 +65,21 @@ double time_ms(int iterations, Fn&& fn) {
   return static_cast<double>(ms) / iterations;
 }
 
+// The calls capture() makes on `stream`, captured once into a CUDA graph
+// and instantiated (the caller destroys it).
+template <class Capture>
+cudaGraphExec_t capture_graph(cudaStream_t stream, Capture&& capture) {
+  cudaGraph_t graph = nullptr;
+  M40_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  capture();
+  M40_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  M40_CUDA_CHECK(instantiated);
+  return exec;
+}
+
 // Milliseconds per call of fn(stream) when `per_graph` calls are captured
 // once into a CUDA graph on a stream of their own and the graph is replayed
 // `iterations` times: how kernels run inside a decode step, without the
@@ -74,14 +89,9 @@ double time_in_graph_ms(int iterations, int per_graph, Fn&& fn) {
   cudaStream_t stream = nullptr;
   M40_CUDA_CHECK(cudaStreamCreate(&stream));
   fn(stream);
-  cudaGraph_t graph = nullptr;
-  M40_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < per_graph; ++i) fn(stream);
-  M40_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t instantiated = cudaGraphInstantiateWithFlags(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  M40_CUDA_CHECK(instantiated);
+  cudaGraphExec_t exec = capture_graph(stream, [&] {
+    for (int i = 0; i < per_graph; ++i) fn(stream);
+  });
   const double ms = time_ms(iterations, [&] { M40_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
   M40_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaGraphExecDestroy(exec);

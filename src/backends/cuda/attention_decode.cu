@@ -445,18 +445,13 @@ void launch_decode_for_heads(const DecodeArgs& a, int heads_per_block, int n_tok
 // occupancy times the multiprocessors), asked once per device.
 template <class Rows, int C, int HB>
 int resident_blocks() {
-  static std::atomic<int> known[64];  // per device; 0: not asked yet
-  int device = 0;
-  M40_CUDA_CHECK(cudaGetDevice(&device));
-  int count = device >= 0 && device < 64 ? known[device].load() : 0;
-  if (count == 0) {
+  static std::atomic<int> known[64];
+  return once_per_device(known, [](int) {
     int per_sm = 0;
-    M40_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_kernel<Rows, C, HB, false>,
-                                                                 kDecodeThreads, 0));
-    count = std::max(1, per_sm) * current_multiprocessor_count();
-    if (device >= 0 && device < 64) known[device] = count;
-  }
-  return count;
+    M40_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, attention_decode_kernel<Rows, C, HB, false>, kDecodeThreads, 0));
+    return std::max(1, per_sm) * current_multiprocessor_count();
+  });
 }
 
 template <class Rows, int C>

@@ -90,17 +90,24 @@ void select_device(int index) {
   M40_CUDA_CHECK(cudaSetDevice(index));
 }
 
-int current_multiprocessor_count() {
-  static std::atomic<int> known[64];  // per device; 0: not asked yet
+int once_per_device(std::atomic<int> (&known)[64], int (*ask)(int device)) {
   int device = 0;
   M40_CUDA_CHECK(cudaGetDevice(&device));
-  int count = device >= 0 && device < 64 ? known[device].load() : 0;
-  if (count == 0) {
-    M40_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    count = std::max(1, count);
-    if (device >= 0 && device < 64) known[device] = count;
+  int value = device >= 0 && device < 64 ? known[device].load() : 0;
+  if (value == 0) {
+    value = std::max(1, ask(device));
+    if (device >= 0 && device < 64) known[device] = value;
   }
-  return count;
+  return value;
+}
+
+int current_multiprocessor_count() {
+  static std::atomic<int> known[64];
+  return once_per_device(known, [](int device) {
+    int count = 0;
+    M40_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  });
 }
 
 }  // namespace m40::cuda

@@ -2,6 +2,7 @@
 // Plain C++ (no CUDA headers), so that the CLI can print it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,5 +44,10 @@ void select_device(int index);
 // The multiprocessor count of the calling thread's current device, asked
 // once per device (kernel launchers size their grids by it on every call).
 int current_multiprocessor_count();
+
+// A positive value of the calling thread's current device that `ask()`
+// gives, asked once per device and kept in `known` (one slot per device
+// index below 64, 0 while not asked; devices past 64 are asked every time).
+int once_per_device(std::atomic<int> (&known)[64], int (*ask)(int device));
 
 }  // namespace m40::cuda
