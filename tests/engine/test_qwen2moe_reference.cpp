@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "model/synthetic_llama.h"
 #include "reference_case.h"
+#include "synthetic_model.h"
 
 using namespace m40;
 using test::argmax;
@@ -36,20 +36,13 @@ std::vector<float> read_floats(const std::filesystem::path& path) {
 class Qwen2MoeReference : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto tokenizer_path = test::shared_model("arch/tiny-qwen2-F32.gguf");
-    if (!std::filesystem::exists(tokenizer_path)) GTEST_SKIP() << "shared data missing";
-    const gguf::File tokenizer = gguf::File::open(tokenizer_path.string());
-    model::SyntheticOptions o;
-    o.shape = *model::synthetic_shape("tiny-qwen2moe");
-    o.recipe = "f32";
-    o.seed = 1234;
-    o.threads = 1;
-    o.tokenizer_source = &tokenizer;
-    path_ = std::filesystem::path(::testing::TempDir()) / "m40-tiny-qwen2moe-F32.gguf";
-    model::write_synthetic_llama(o, path_.string());
+    path_ = test::write_synthetic_model("tiny-qwen2moe", "f32", "arch/tiny-qwen2-F32.gguf");
+    if (path_.empty()) GTEST_SKIP() << "shared data missing";
     model_ = std::make_unique<ModelUnderTest>(path_);
   }
-  void TearDown() override { std::filesystem::remove(path_); }
+  void TearDown() override {
+    if (!path_.empty()) std::filesystem::remove(path_);
+  }
 
   std::filesystem::path path_;
   std::unique_ptr<ModelUnderTest> model_;

@@ -17,14 +17,13 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device.h"
 #include "gguf/file.h"
 #include "model/loaded_model.h"
 #include "model/synthetic_llama.h"
+#include "synthetic_model.h"
 #include "test_paths.h"
 
 using namespace m40;
@@ -99,22 +98,6 @@ std::vector<std::string> generated_models() {
   return names;
 }
 
-// Writes the tiny model of `recipe` (the TinyStories tokenizer) to a
-// temporary file; an empty path when the shared tokenizer file is missing.
-std::filesystem::path write_generated_model(const std::string& recipe) {
-  const auto tokenizer_path = test::shared_model("TinyStories-656K-Q8_0.gguf");
-  if (!std::filesystem::exists(tokenizer_path)) return {};
-  const gguf::File tokenizer = gguf::File::open(tokenizer_path.string());
-  model::SyntheticOptions o;
-  o.shape = *model::synthetic_shape("tiny");
-  o.recipe = recipe;
-  o.tokenizer_source = &tokenizer;
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("m40-test-cuda-" + recipe + "-" + std::to_string(::getpid()) + ".gguf");
-  model::write_synthetic_llama(o, path.string());
-  return path;
-}
-
 // Both engines compute in FP32 from identically dequantized weights and FP16
 // K/V; they differ only in summation order, so their logits agree far inside
 // the tolerance the CPU engine keeps against llama.cpp (2e-2).
@@ -139,7 +122,8 @@ class CudaVsCpu : public ::testing::TestWithParam<std::string> {
     tolerance_ = name.rfind("arch/", 0) == 0 ? kArchitectureTolerance : kTolerance;
     std::filesystem::path path;
     if (name.rfind(kGenerated, 0) == 0) {
-      generated_ = write_generated_model(name.substr(std::string(kGenerated).size()));
+      generated_ = test::write_synthetic_model("tiny", name.substr(std::string(kGenerated).size()),
+                                               "TinyStories-656K-Q8_0.gguf");
       if (generated_.empty()) GTEST_SKIP() << "shared tokenizer model missing";
       path = generated_;
     } else {
@@ -614,16 +598,8 @@ TEST(CudaBackend, AnF32CacheIsRefused) {
 // the CUDA backend refuses such a model by name, before touching a GPU (so
 // this runs without one too).
 TEST(CudaBackend, AQwen2MoeModelIsRefusedWithThePointerToTheCpu) {
-  const auto tokenizer_path = test::shared_model("arch/tiny-qwen2-F32.gguf");
-  if (!std::filesystem::exists(tokenizer_path)) GTEST_SKIP() << "shared model missing";
-  const gguf::File tokenizer = gguf::File::open(tokenizer_path.string());
-  model::SyntheticOptions s;
-  s.shape = *model::synthetic_shape("tiny-qwen2moe");
-  s.recipe = "f32";
-  s.threads = 1;
-  s.tokenizer_source = &tokenizer;
-  const auto path = std::filesystem::path(::testing::TempDir()) / "m40-cuda-tiny-qwen2moe.gguf";
-  model::write_synthetic_llama(s, path.string());
+  const auto path = test::write_synthetic_model("tiny-qwen2moe", "f32", "arch/tiny-qwen2-F32.gguf");
+  if (path.empty()) GTEST_SKIP() << "shared model missing";
   auto model = model::LoadedModel::open(path.string());
   std::filesystem::remove(path);
   try {
