@@ -2,12 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "binary_runner.h"
+#include "engine/reference_case.h"
 
 namespace {
 
@@ -15,13 +14,6 @@ namespace fs = std::filesystem;
 using m40::test::run_binary;
 
 fs::path reference(const std::string& stem) { return m40::test::shared_dir() / "reference" / stem; }
-
-std::vector<float> read_floats(const fs::path& path) {
-  const std::string bytes = m40::test::read_text_file(path);
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), v.size() * 4);
-  return v;
-}
 
 class RunCommand : public ::testing::Test {
  protected:
@@ -39,8 +31,8 @@ TEST_F(RunCommand, LogitsOutMatchesTheReference) {
   auto r = run_binary({"run", m40::test::shared_model("synthetic/tiny-llama-rand-F32.gguf").string(), "Once upon a time",
                        "--cpu", "--kv-type", "f32", "-n", "1", "--temperature", "0", "--logits-out", out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto ours = read_floats(out);
-  const auto ref = read_floats(reference("tiny-llama-rand-F32/variants/kvf32-fa-off/once-upon-a-time.logits.bin"));
+  const auto ours = m40::test::read_floats(out);
+  const auto ref = m40::test::read_floats(reference("tiny-llama-rand-F32/variants/kvf32-fa-off/once-upon-a-time.logits.bin"));
   ASSERT_EQ(ours.size(), ref.size());
   float worst = 0;
   for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::abs(ours[i] - ref[i]));

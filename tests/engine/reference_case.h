@@ -21,6 +21,15 @@
 
 namespace m40::test {
 
+// A file of float32 little-endian values (llama.cpp's logits dumps).
+inline std::vector<float> read_floats(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes{std::istreambuf_iterator<char>(in), {}};
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
 struct GreedyStep {
   int32_t id;
   float margin_to_2nd;
@@ -50,11 +59,7 @@ struct ReferenceCase {
 
   // float32 little-endian logits, `rows` rows of n_vocab.
   std::vector<float> logits(const std::string& suffix = ".logits.bin") const {
-    std::ifstream in(stem.string() + suffix, std::ios::binary);
-    std::vector<char> bytes{std::istreambuf_iterator<char>(in), {}};
-    std::vector<float> v(bytes.size() / 4);
-    std::memcpy(v.data(), bytes.data(), v.size() * 4);
-    return v;
+    return read_floats(stem.string() + suffix);
   }
 };
 

@@ -6,9 +6,7 @@
 // computed on that file (tests/data/qwen2moe/README.md).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -24,14 +22,6 @@ namespace {
 
 // The prompt of the reference run (README.md).
 const std::vector<int32_t> kPrompt = {46, 77, 346, 705, 263, 264, 882, 500};
-
-std::vector<float> read_floats(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes{std::istreambuf_iterator<char>(in), {}};
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
 
 class Qwen2MoeReference : public ::testing::Test {
  protected:
@@ -70,7 +60,7 @@ TEST_F(Qwen2MoeReference, LoadsItsSharedExpert) {
 // llama.cpp's plain-FP32 run (F32 KV cache, flash attention off), the whole
 // prompt as one batch, at every position.
 TEST_F(Qwen2MoeReference, F32CacheMatchesLlamaCppAtEveryPromptPosition) {
-  const auto expected = read_floats(test::repo_test_data("qwen2moe/tiny-qwen2moe-F32.logits_all.bin"));
+  const auto expected = test::read_floats(test::repo_test_data("qwen2moe/tiny-qwen2moe-F32.logits_all.bin"));
   const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
   ASSERT_EQ(expected.size(), kPrompt.size() * n_vocab);
   auto be = model_->backend(backend::KvType::F32, 64);

@@ -6,19 +6,18 @@
 // so each K/V row is read from memory once for all of them. Lanes split a
 // key row into 16-byte pieces (8 halves; 4 for head dims that are not a
 // multiple of 8): head_dim 128 takes 16 lanes, so a warp reads two whole
-// 256-byte rows per load instruction, coalesced. Keys are taken 256 at a
-// time: their scores go to shared memory, one warp per head takes the max and
-// the exponentials, and the running max/sum of an online softmax rescales the
-// per-lane V accumulators. A long context is split into parts (flash-decoding):
-// each part writes its unnormalized output and its (max, sum) to scratch, and
-// a combine kernel merges them, so one sequence still fills the GPU. A
-// windowed layer's parts split the window only, starting at its first key.
+// 256-byte rows per load instruction, coalesced. Each warp walks its own
+// keys with its own online softmax, loading the next keys before this
+// step's math; the warps are merged at the end. A long context is split
+// into parts (flash-decoding): each part writes its unnormalized output and
+// its (max, sum) to scratch, and a combine kernel merges them, so one
+// sequence still fills the GPU. A windowed layer's parts split the window
+// only, starting at its first key.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "backends/cuda/attention_internal.cuh"
 #include "backends/cuda/attention_variants.h"
@@ -159,8 +158,9 @@ struct HeadLanes {
 // kKeysPerSlot keys an iteration, and the next iteration's K and V rows are
 // loaded before this one's math, so every warp keeps its loads in flight.
 // Scores live in base-2 units (score * log2 e), the softmax in exp2f. The
-// warps' (max, sum, output) are merged once at the end. (The "2 blocks per
-// multiprocessor" bound changes nothing but CUDA 11.8's ptxas heuristics.)
+// warps' (max, sum, output) are merged once at the end. At most 128
+// registers (4 blocks per multiprocessor): the 4-head variant takes 139 on
+// sm_90 uncapped, and 3 blocks; no spills at the cap.
 template <class Rows, int C, int HB, bool kCap>
 __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(DecodeArgs a) {
   constexpr int U = kKeysPerSlot;
@@ -426,21 +426,6 @@ void launch_decode(const DecodeArgs& a, int n_tokens, cudaStream_t stream) {
   M40_CUDA_CHECK_LAUNCH();
 }
 
-template <class Rows, int C>
-void launch_decode_for_heads(const DecodeArgs& a, int heads_per_block, int n_tokens, cudaStream_t stream) {
-  switch (heads_per_block) {
-    case 1:
-      launch_decode<Rows, C, 1>(a, n_tokens, stream);
-      return;
-    case 2:
-      launch_decode<Rows, C, 2>(a, n_tokens, stream);
-      return;
-    default:
-      launch_decode<Rows, C, 4>(a, n_tokens, stream);
-      return;
-  }
-}
-
 // Decode blocks of one variant that run at once on the current device (its
 // occupancy times the multiprocessors), asked once per device.
 template <class Rows, int C, int HB>
@@ -454,16 +439,35 @@ int resident_blocks() {
   });
 }
 
-template <class Rows, int C>
-int resident_blocks_for_heads(int heads_per_block) {
-  switch (heads_per_block) {
-    case 1:
-      return resident_blocks<Rows, C, 1>();
-    case 2:
-      return resident_blocks<Rows, C, 2>();
-    default:
-      return resident_blocks<Rows, C, 4>();
-  }
+// A decode kernel variant: the cache's Rows, values per lane load, query
+// heads per block.
+template <class Rows_, int C_, int HB_>
+struct Variant {
+  using Rows = Rows_;
+  static constexpr int C = C_;
+  static constexpr int HB = HB_;
+};
+
+template <class Rows_, int C_>
+struct RowPieces {
+  using Rows = Rows_;
+  static constexpr int C = C_;
+};
+
+// Calls visit(Variant<...>{}) with the variant of a Q8_0 or FP16 cache read
+// in pieces of 8 or 4 values by blocks of 1, 2 or 4 heads.
+template <class Visit>
+void visit_variant(bool q8, bool rows_of_8, int heads_per_block, Visit&& visit) {
+  const auto with_heads = [&](auto pieces) {
+    using P = decltype(pieces);
+    switch (heads_per_block) {
+      case 1: return visit(Variant<typename P::Rows, P::C, 1>{});
+      case 2: return visit(Variant<typename P::Rows, P::C, 2>{});
+      default: return visit(Variant<typename P::Rows, P::C, 4>{});
+    }
+  };
+  if (q8) return rows_of_8 ? with_heads(RowPieces<Q8Rows, 8>{}) : with_heads(RowPieces<Q8Rows, 4>{});
+  return rows_of_8 ? with_heads(RowPieces<F16Rows, 8>{}) : with_heads(RowPieces<F16Rows, 4>{});
 }
 
 }  // namespace
@@ -500,10 +504,11 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   // the card's pace and a second, partial wave would only add a tail); each
   // part a multiple of 64 positions, at most kMaxSplits parts.
   const int blocks_per_part = n_tokens * shape.n_head_kv * a.groups_per_kv;
-  const int resident = q8 ? (rows_of_8 ? resident_blocks_for_heads<Q8Rows, 8>(heads_per_block)
-                                       : resident_blocks_for_heads<Q8Rows, 4>(heads_per_block))
-                          : (rows_of_8 ? resident_blocks_for_heads<F16Rows, 8>(heads_per_block)
-                                       : resident_blocks_for_heads<F16Rows, 4>(heads_per_block));
+  int resident = 0;
+  visit_variant(q8, rows_of_8, heads_per_block, [&](auto v) {
+    using V = decltype(v);
+    resident = resident_blocks<typename V::Rows, V::C, V::HB>();
+  });
   int splits = 1;
   int per_split = span;
   if (forced_splits > 0) {
@@ -525,17 +530,10 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   a.split_granule = forced_splits > 0 ? 1 : kSplitGranule;
 
   const auto launch = [&] {
-    if (q8) {
-      if (rows_of_8) {
-        launch_decode_for_heads<Q8Rows, 8>(a, heads_per_block, n_tokens, stream);
-      } else {
-        launch_decode_for_heads<Q8Rows, 4>(a, heads_per_block, n_tokens, stream);
-      }
-    } else if (rows_of_8) {
-      launch_decode_for_heads<F16Rows, 8>(a, heads_per_block, n_tokens, stream);
-    } else {
-      launch_decode_for_heads<F16Rows, 4>(a, heads_per_block, n_tokens, stream);
-    }
+    visit_variant(q8, rows_of_8, heads_per_block, [&](auto v) {
+      using V = decltype(v);
+      launch_decode<typename V::Rows, V::C, V::HB>(a, n_tokens, stream);
+    });
   };
   if (splits == 1) {
     launch();
