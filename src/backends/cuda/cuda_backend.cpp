@@ -60,10 +60,6 @@ CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelW
     throw Error("the CUDA attention takes heads of a multiple of 4 values up to 128, or of 8 up to 256; " +
                 hparams.architecture + " has " + std::to_string(hparams.head_dim()) + ": use --cpu");
   }
-  if (hparams.desc->shared_expert || (hparams.has_experts() && !hparams.desc->expert_weights_renormalized)) {
-    throw Error("the CUDA backend does not run " + hparams.architecture +
-                "'s shared expert and unrenormalized expert weights yet: use --cpu");
-  }
   if (hparams.n_expert > static_cast<uint32_t>(kMaxExperts)) {
     throw Error("the CUDA backend routes up to " + std::to_string(kMaxExperts) + " experts; " + hparams.architecture +
                 " has " + std::to_string(hparams.n_expert) + ": use --cpu");
@@ -124,8 +120,10 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
   attn_ = floats(b * hparams_.q_dim());
   k_ = floats(b * hparams_.kv_dim());
   v_ = floats(b * hparams_.kv_dim());
-  gate_ = floats(b * hparams_.n_ff);
-  up_ = floats(b * hparams_.n_ff);
+  // The dense FFN's gate and up, or a shared expert's.
+  const size_t dense_ff = std::max(hparams_.n_ff, hparams_.n_ff_shared_expert);
+  gate_ = floats(b * dense_ff);
+  up_ = floats(b * dense_ff);
   logits_ = floats(static_cast<size_t>(max_logit_rows_) * hparams_.n_vocab);
   gathered_ = floats(static_cast<size_t>(max_logit_rows_) * hparams_.n_embd);
   tokens_ = static_cast<int32_t*>(scratch_.take(b * sizeof(int32_t)));
@@ -144,6 +142,10 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
     expert_gate_up_ = floats(2 * slots * hparams_.n_ff_expert);
     expert_act_ = floats(slots * hparams_.n_ff_expert);
     expert_out_ = floats(slots * hparams_.n_embd);
+    if (hparams_.n_ff_shared_expert != 0) {
+      shexp_logit_ = floats(b);
+      shexp_out_ = floats(b * hparams_.n_embd);
+    }
   }
   host_ids_ = PinnedBuffer(3 * b * sizeof(int32_t));
   host_logits_ = PinnedBuffer(static_cast<size_t>(max_logit_rows_) * hparams_.n_vocab * sizeof(float));
@@ -341,7 +343,6 @@ void CudaBackend::upload_weights(const model::ModelWeights& weights) {
     }
     d.w_gate_up = back_to_back({&d.w_gate, &d.w_up});
     if (l.has_experts()) {
-      d.router = upload_matrix(l.ffn_gate_inp, up);
       const model::WeightView& gate = l.gate_exps.front();
       const model::WeightView& upv = l.up_exps.front();
       if (gate.type == upv.type && gate.row_bytes == upv.row_bytes) {
@@ -351,6 +352,16 @@ void CudaBackend::upload_weights(const model::ModelWeights& weights) {
         d.up_exps = upload_matrix(model::stacked_slices(l.up_exps), up);
       }
       d.down_exps = upload_matrix(model::stacked_slices(l.down_exps), up);
+      d.router = upload_matrix(l.ffn_gate_inp, up);
+      if (l.has_shared_expert()) {
+        // The gate's row right after the router's rows: one product for both.
+        d.shexp_gate_inp = upload_matrix(l.gate_inp_shexp, up);
+        d.router_and_shexp_gate = back_to_back({&d.router, &d.shexp_gate_inp});
+        d.shexp_gate = upload_matrix(l.gate_shexp, up);
+        d.shexp_up = upload_matrix(l.up_shexp, up);
+        d.shexp_down = upload_matrix(l.down_shexp, up);
+        d.shexp_gate_up = back_to_back({&d.shexp_gate, &d.shexp_up});
+      }
     }
     layers_.push_back(d);
   }
@@ -419,17 +430,14 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
       add_biases(biases, 3, n, stream_);
       stage_timer_.mark(stream_, "qkv_bias");
     }
-    // Per-head norms: rows of head_dim, in place.
-    if (w.q_norm != nullptr) rms_norm(q_, w.q_norm, q_, n * n_head, head_dim, hp.rms_eps, stream_);
-    if (w.k_norm != nullptr) rms_norm(k_, w.k_norm, k_, n * n_head_kv, head_dim, hp.rms_eps, stream_);
-    if (w.q_norm != nullptr) stage_timer_.mark(stream_, "qk_norm");
+    // Per-head norms (in place) and RoPE, Q's and K's heads in one launch.
+    // NoPE layers (smollm3) apply no RoPE.
     const model::RopeSettings rope_settings = hp.rope_for_layer(layer);
-    if (rope_settings.enabled) {  // NoPE layers (smollm3) apply none
-      const RopeConfig rope_cfg = rope_config(hp, rope_settings, rope_factors_);
-      rope(q_, n, n_head, q_dim, positions_, rope_cfg, stream_);
-      rope(k_, n, n_head_kv, kv_dim, positions_, rope_cfg, stream_);
-      stage_timer_.mark(stream_, "rope");
-    }
+    const RopeConfig rope_cfg = rope_config(hp, rope_settings, rope_factors_);
+    const HeadRows heads[2] = {{q_, n_head, q_dim, w.q_norm}, {k_, n_head_kv, kv_dim, w.k_norm}};
+    norm_and_rope_heads(heads, 2, n, head_dim, hp.rms_eps, positions_, rope_settings.enabled ? &rope_cfg : nullptr,
+                        stream_);
+    stage_timer_.mark(stream_, "qk_norm_rope");
     if (hp.attn_temperature_scale != 0.0f) {
       attention_temperature(q_, n, q_dim, positions_, hp.attn_temperature_scale, hp.attn_temperature_length, stream_);
       stage_timer_.mark(stream_, "q_temperature");
@@ -480,28 +488,31 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
 
 bool CudaBackend::enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias,
                                         const float* post_norm, int n, const char* stage, const float* next_norm) {
-  return join_branch([&](float* y, const float* residual) { matmul(w, h, n, y, residual, stream_); }, bias, post_norm,
-                     n, stage, next_norm);
+  return join_branch([&](float* y, const float* residual, const NextNorm&) { matmul(w, h, n, y, residual, stream_); },
+                     bias, post_norm, n, stage, next_norm);
 }
 
 template <class Product>
 bool CudaBackend::join_branch(Product&& product, const float* bias, const float* post_norm, int n, const char* stage,
-                              const float* next_norm) {
+                              const float* next_norm, bool product_normalizes) {
   const BranchJoin join{bias, post_norm, hparams_.rms_eps, hparams_.residual_scale};
   if (sharded()) {
     // This shard's partial sum of the branch, the shards' sum in xn_ (free
     // once the branch's input products have read it), then the join.
     const int shard = options_.shard.index;
-    product(options_.exchange->partial(shard), nullptr);
+    product(options_.exchange->partial(shard), nullptr, NextNorm{});
     stage_timer_.mark(stream_, stage);
     options_.exchange->all_reduce(shard, xn_, int64_t{n} * hparams_.n_embd, stream_);
     stage_timer_.mark(stream_, "shard_all_reduce");
   } else if (join.plain()) {
-    product(x_, x_);  // residual add fused: x += branch
+    // Residual add fused: x += branch; a product that can also normalize
+    // x for the next stage (the MoE combination) does that too.
+    const bool norms = next_norm != nullptr && product_normalizes;
+    product(x_, x_, norms ? NextNorm{next_norm, xn_} : NextNorm{});
     stage_timer_.mark(stream_, stage);
-    return false;
+    return norms;
   } else {
-    product(xn_, nullptr);
+    product(xn_, nullptr, NextNorm{});
     stage_timer_.mark(stream_, stage);
   }
   // The join also normalizes x for the next stage, over the branch in xn.
@@ -517,11 +528,11 @@ bool CudaBackend::enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* ne
   const int n_embd = static_cast<int>(hp.n_embd);
   const int64_t n_ff = hp.n_ff_expert;
   const int slots = n * k;
-  matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
+  enqueue_router(w, n);
   const int item_tokens = expert_item_tokens(n, k, n_expert);
   const int n_items = max_expert_items(n, k, n_expert, item_tokens);
-  route_and_group(router_logits_, n, n_expert, k, item_tokens, n_items, expert_ids_, expert_weights_, sorted_slots_,
-                  slot_rows_, expert_items_, stream_);
+  route_and_group(router_logits_, n, n_expert, k, hp.desc->expert_weights_renormalized, item_tokens, n_items,
+                  expert_ids_, expert_weights_, sorted_slots_, slot_rows_, expert_items_, stream_);
   // Items of one token read it where it is; larger ones need their
   // tokens' rows side by side.
   const bool x_by_token = item_tokens == 1;
@@ -544,11 +555,39 @@ bool CudaBackend::enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* ne
   stage_timer_.mark(stream_, "ffn_activation");
   grouped_matmul(w.down_exps, n_expert, expert_act_, false, item_tokens, expert_items_, n_items, expert_out_, stream_);
   stage_timer_.mark(stream_, "moe_down");
+  const bool shared_expert = w.shexp_down.rows > 0;
+  if (shared_expert) enqueue_shared_expert(w, n);
+  const SharedExpertOutput shared{shared_expert ? shexp_out_ : nullptr, shared_expert ? shexp_logit_ : nullptr};
   return join_branch(
-      [&](float* y, const float* residual) {
-        combine_experts(expert_out_, slot_rows_, expert_weights_, n, k, n_embd, y, residual, stream_);
+      [&](float* y, const float* residual, const NextNorm& next) {
+        combine_experts(expert_out_, slot_rows_, expert_weights_, n, k, n_embd, shared, y, residual, stream_, next,
+                        hp.rms_eps);
       },
-      nullptr, w.post_ffn_norm, n, "moe_combine", next_norm);
+      nullptr, w.post_ffn_norm, n, "moe_combine", next_norm, true);
+}
+
+void CudaBackend::enqueue_router(const LayerOnDevice& w, int n) {
+  if (w.shexp_down.rows == 0) {
+    matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
+  } else {
+    const OutputPart parts[2] = {{router_logits_, w.router.rows}, {shexp_logit_, 1}};
+    if (w.router_and_shexp_gate.rows == 0 || !matvec_parts(w.router_and_shexp_gate, xn_, n, parts, 2, stream_)) {
+      matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
+      matmul(w.shexp_gate_inp, xn_, n, shexp_logit_, nullptr, stream_);
+    }
+  }
+  stage_timer_.mark(stream_, "moe_router");
+}
+
+void CudaBackend::enqueue_shared_expert(const LayerOnDevice& w, int n) {
+  const OutputPart gate_up[2] = {{gate_, w.shexp_gate.rows}, {up_, w.shexp_up.rows}};
+  if (w.shexp_gate_up.rows == 0 || !matvec_parts(w.shexp_gate_up, xn_, n, gate_up, 2, stream_)) {
+    matmul(w.shexp_gate, xn_, n, gate_, nullptr, stream_);
+    matmul(w.shexp_up, xn_, n, up_, nullptr, stream_);
+  }
+  silu_mul(gate_, up_, gate_, int64_t{n} * w.shexp_gate.rows, stream_);
+  matmul(w.shexp_down, gate_, n, shexp_out_, nullptr, stream_);
+  stage_timer_.mark(stream_, "moe_shared_expert");
 }
 
 void CudaBackend::enqueue_output(const float* rows, int n_out) {

@@ -93,6 +93,12 @@ class CudaBackend : public backend::Backend {
     // rows in gate_up_exps (one grouped product for both), else
     // gate_exps and up_exps.
     DeviceWeight router, gate_up_exps, gate_exps, up_exps, down_exps;
+    // A shared expert beside the routed ones (qwen2moe; shexp_down.rows 0:
+    // none): its gate's row, gate, up and down; the router's rows then the
+    // gate's row as one matrix, and gate then up (rows 0 where they are not
+    // back to back in one type).
+    DeviceWeight shexp_gate_inp, shexp_gate, shexp_up, shexp_down;
+    DeviceWeight router_and_shexp_gate, shexp_gate_up;
   };
 
   class Uploader;
@@ -123,14 +129,22 @@ class CudaBackend : public backend::Backend {
   // Returns whether it did (xn_ then holds the next stage's input).
   bool enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias, const float* post_norm, int n,
                              const char* stage, const float* next_norm);
-  // The same for a branch whose output product(y, residual) computes (y =
-  // residual + the branch, residual null or y): the MoE FFN.
+  // The same for a branch whose output product(y, residual, next) computes
+  // (y = residual + the branch, residual null or y). A product that can also
+  // write next.out = rms_norm(y) * next.weight (product_normalizes: the MoE
+  // combination) is given the next norm where the join is plain.
   template <class Product>
   bool join_branch(Product&& product, const float* bias, const float* post_norm, int n, const char* stage,
-                   const float* next_norm);
+                   const float* next_norm, bool product_normalizes = false);
   // The FFN of a mixture-of-experts layer on xn_ (moe.h), joined like
   // enqueue_branch_output.
   bool enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* next_norm);
+  // The router's logits for n tokens of xn_ (and the shared expert's gate
+  // logit where the layer has one).
+  void enqueue_router(const LayerOnDevice& w, int n);
+  // A shared expert's output for n tokens of xn_, to shexp_out_ (gate_ and
+  // up_ hold its gate and up on the way).
+  void enqueue_shared_expert(const LayerOnDevice& w, int n);
   // Captures a decode step of n tokens (the layers, and the outputs where
   // this GPU computes them) as a graph; a row split's shards capture one
   // graph together (ShardExchange::begin_capture), which shard 0 gets, the
@@ -199,6 +213,8 @@ class CudaBackend : public backend::Backend {
   // gate_up_ holds [slots][2 n_ff_expert] (the fused product) or gate
   // then up, [slots][n_ff_expert] each; act_ silu(gate) * up.
   float *expert_x_ = nullptr, *expert_gate_up_ = nullptr, *expert_act_ = nullptr, *expert_out_ = nullptr;
+  // A shared expert's gate logit per token and its output ([b][n_embd]).
+  float *shexp_logit_ = nullptr, *shexp_out_ = nullptr;
   PinnedBuffer host_ids_;     // tokens, positions, seq ids staged for upload
   PinnedBuffer host_logits_;  // max_logit_rows x n_vocab
   PinnedBuffer host_hidden_;  // a stage's hand-over: max_batch x n_embd

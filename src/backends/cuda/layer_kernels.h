@@ -45,6 +45,21 @@ struct RopeConfig {
 void rope(float* x, int n_tokens, int n_heads, int row_stride, const int32_t* positions, const RopeConfig& config,
           cudaStream_t stream);
 
+// Q's and K's heads between their products and the attention, in one
+// launch: for each set of rows (token t's heads at x + t * row_stride), each
+// head's RMS norm over head_dim values times `norm` where given (qwen3,
+// gemma3), then RoPE where `rope` is given (a head's values past n_rot
+// are normalized, not rotated). CPU twins: cpu::rms_norm per head, then cpu::rope.
+struct HeadRows {
+  float* x = nullptr;
+  int n_heads = 0;
+  int row_stride = 0;
+  const float* norm = nullptr;  // head_dim weights, or null: no norm
+};
+inline constexpr int kMaxHeadRows = 2;
+void norm_and_rope_heads(const HeadRows* rows, int n_rows, int n_tokens, int head_dim, float eps,
+                         const int32_t* positions, const RopeConfig* rope, cudaStream_t stream);
+
 // Q x the attention temperature of its token's position (mistral3, Llama 4):
 // 1 + scale * ln(floor(positions[t] / length) + 1), in double as the host
 // computes it, for n_tokens rows of row_len values. CPU twin:

@@ -75,6 +75,9 @@ MemoryPlan plan_memory(const model::ModelHparams& model_hp, const model::ModelWe
     plan.weights += columns(l.wo, r.q_first, r.q_end) + columns(l.w_down, r.ff_first, r.ff_end);
     // Expert tensors go up whole (every expert's matrix, back to back).
     plan.weights += weight_bytes(l.ffn_gate_inp);
+    for (const model::WeightView* v : {&l.gate_inp_shexp, &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
+      plan.weights += weight_bytes(*v);
+    }
     for (const auto* slices : {&l.gate_exps, &l.up_exps, &l.down_exps}) plan.weights += weight_bytes(model::stacked_slices(*slices));
   }
   // K and V, FP16 or Q8_0 (34 bytes per 32 values), every layer and pool row
@@ -82,10 +85,11 @@ MemoryPlan plan_memory(const model::ModelHparams& model_hp, const model::ModelWe
   plan.kv_cache = 2ull * static_cast<uint64_t>(stage.size()) * static_cast<uint64_t>(shape.kv_pool_blocks()) *
                   backend::kKvBlockSize *
                   kv_row_bytes(kv_format(shape.kv_type), static_cast<int>(hp.kv_dim()));
-  // Activations of one chunk (FP32): x, xn, q, k, v, attention out, gate, up;
-  // the logits of the output-head rows; token/position/sequence ids; the
-  // sequences' block tables.
-  const uint64_t per_token = 2ull * hp.n_embd + 2ull * hp.q_dim() + 2ull * hp.kv_dim() + 2ull * hp.n_ff;
+  // Activations of one chunk (FP32): x, xn, q, k, v, attention out, gate, up
+  // (of the dense FFN or a shared expert); the logits of the output-head
+  // rows; token/position/sequence ids; the sequences' block tables.
+  const uint64_t dense_ff = std::max(hp.n_ff, hp.n_ff_shared_expert);
+  const uint64_t per_token = 2ull * hp.n_embd + 2ull * hp.q_dim() + 2ull * hp.kv_dim() + 2ull * dense_ff;
   plan.scratch = per_token * shape.max_batch * sizeof(float) +
                  static_cast<uint64_t>(shape.max_logit_rows) * (hp.n_vocab + hp.n_embd) * sizeof(float) +
                  3ull * shape.max_batch * sizeof(int32_t) +
@@ -99,10 +103,12 @@ MemoryPlan plan_memory(const model::ModelHparams& model_hp, const model::ModelWe
     // Per token the router's logits; per slot (token x chosen expert) its
     // id, weight, two sort indices and work item (16 bytes), the gathered
     // x and the expert's output (n_embd each), gate, up and their
-    // activation (n_ff_expert each).
+    // activation (n_ff_expert each); per token a shared expert's gate logit
+    // and output.
     const uint64_t slots = uint64_t{hp.n_expert_used} * shape.max_batch;
     plan.scratch += uint64_t{hp.n_expert} * shape.max_batch * sizeof(float) + slots * (4 * sizeof(int32_t) + 16) +
                     slots * (2ull * hp.n_embd + 3ull * hp.n_ff_expert) * sizeof(float) + 10 * Arena::kAlignment;
+    if (hp.n_ff_shared_expert != 0) plan.scratch += (1ull + hp.n_embd) * shape.max_batch * sizeof(float) + 2 * Arena::kAlignment;
   }
   plan.reserve = 256ull << 20;
   return plan;

@@ -23,8 +23,8 @@ constexpr float kMinWeightSum = 6.103515625e-5f;
 // n_expert floats of shared memory), then k rounds of a warp argmax (the
 // higher probability, then the lower index), each winner marked -1
 // (probabilities are >= 0) so that the next round skips it.
-__device__ void route_token(const float* __restrict__ logits, int t, int n_expert, int k, float* probs,
-                            int32_t* __restrict__ ids, float* __restrict__ weights) {
+__device__ void route_token(const float* __restrict__ logits, int t, int n_expert, int k, bool renormalize,
+                            float* probs, int32_t* __restrict__ ids, float* __restrict__ weights) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const float* row = logits + static_cast<size_t>(t) * n_expert;
   float max = -INFINITY;
@@ -64,31 +64,89 @@ __device__ void route_token(const float* __restrict__ logits, int t, int n_exper
     }
     __syncwarp();
   }
-  const float inv_chosen = 1.0f / fmaxf(chosen_sum, kMinWeightSum);
+  const float inv_chosen = renormalize ? 1.0f / fmaxf(chosen_sum, kMinWeightSum) : 1.0f;
   for (int s = lane; s < k; s += kWarpSize) {
     const float p = s < kWarpSize ? my_prob : weights[static_cast<size_t>(t) * k + s];
     weights[static_cast<size_t>(t) * k + s] = p * inv_chosen;
   }
 }
 
-__global__ void route_kernel(const float* __restrict__ logits, int n_tokens, int n_expert, int k,
+__global__ void route_kernel(const float* __restrict__ logits, int n_tokens, int n_expert, int k, bool renormalize,
                              int32_t* __restrict__ ids, float* __restrict__ weights) {
   extern __shared__ float probs_of_warp[];
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
   if (t >= n_tokens) return;  // whole warps; no block barrier follows
-  route_token(logits, t, n_expert, k, probs_of_warp + warp * n_expert, ids, weights);
+  route_token(logits, t, n_expert, k, renormalize, probs_of_warp + warp * n_expert, ids, weights);
 }
 
-// The block's shared ints for group_slots: 3 n_expert + 1.
+// The block's shared ints for the grouping: 3 n_expert + 1.
 __host__ __device__ constexpr int group_shared_ints(int n_expert) { return 3 * n_expert + 1; }
+
+// The shared memory a kernel may take without opting in to more.
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+
+// Steps of at most this many slots whose expert ids fit in shared memory
+// are grouped one thread per expert (group_few_slots); larger ones one warp
+// per expert (group_slots).
+constexpr int kMaxFewSlots = 256;
+
+// Whether the step's n_slots expert ids fit in shared memory beside
+// `other_bytes`.
+bool slots_fit_shared(size_t other_bytes, int n_slots) {
+  return other_bytes + static_cast<size_t>(n_slots) * sizeof(int32_t) <= kDefaultSharedBytes;
+}
+
+// Copies the slots' experts to `staged` (the block's shared memory) where
+// given, and returns what the grouping then reads. `ids` may have been
+// written by this block (visible after its barrier).
+__device__ const int32_t* stage_slot_experts(const int32_t* ids, int n_slots, int32_t* staged) {
+  if (staged == nullptr) return ids;
+  for (int s = static_cast<int>(threadIdx.x); s < n_slots; s += static_cast<int>(blockDim.x)) staged[s] = ids[s];
+  __syncthreads();
+  return staged;
+}
+
+// The first warp turns the experts' slot counts into each expert's first
+// sorted row and first work item (first_item[n_expert]: the step's items):
+// a chunk of experts per lane, then a shuffle scan. The block's barrier
+// follows.
+__device__ void scan_expert_counts(const int* count, int n_expert, int item_tokens, int* first_row, int* first_item) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  if (threadIdx.x >= kWarpSize) return;
+  const int chunk = (n_expert + kWarpSize - 1) / kWarpSize;
+  const int begin = min(lane * chunk, n_expert), end = min(begin + chunk, n_expert);
+  int rows = 0, n_of_items = 0;
+  for (int e = begin; e < end; ++e) rows += count[e], n_of_items += (count[e] + item_tokens - 1) / item_tokens;
+  int rows_before = rows, items_before = n_of_items;  // inclusive scans, then made exclusive
+  for (int offset = 1; offset < kWarpSize; offset *= 2) {
+    const int r = __shfl_up_sync(kFullWarpMask, rows_before, offset);
+    const int i = __shfl_up_sync(kFullWarpMask, items_before, offset);
+    if (lane >= offset) rows_before += r, items_before += i;
+  }
+  if (lane == kWarpSize - 1) first_item[n_expert] = items_before;
+  rows_before -= rows;
+  items_before -= n_of_items;
+  for (int e = begin; e < end; ++e) {
+    first_row[e] = rows_before;
+    first_item[e] = items_before;
+    rows_before += count[e];
+    items_before += (count[e] + item_tokens - 1) / item_tokens;
+  }
+}
+
+// Marks the grid's items past the step's last (first_item[n_expert]) empty.
+__device__ void mark_spare_items(const int* first_item, int n_expert, int n_items, ExpertItem* __restrict__ items) {
+  for (int i = first_item[n_expert] + static_cast<int>(threadIdx.x); i < n_items; i += static_cast<int>(blockDim.x)) {
+    items[i] = ExpertItem{-1, 0, 0, 0};
+  }
+}
 
 // The whole block orders the slots by expert (group_by_expert). Counting
 // and placing go one expert per warp at a time: a ballot over 32 slots finds
 // the expert's slots among them and their order, so the rows keep slot order
-// without atomics. The first warp scans the counts (a chunk of experts per
-// lane, then a shuffle scan). `ids` may have been written by this block
-// (visible after its barrier).
+// without atomics. `ids` is the slots' experts, in shared memory where they
+// fit (stage_slot_experts).
 __device__ void group_slots(const int32_t* ids, int n_slots, int n_expert, int k, int item_tokens, int n_items,
                             int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows,
                             ExpertItem* __restrict__ items, int* shared) {
@@ -108,27 +166,7 @@ __device__ void group_slots(const int32_t* ids, int n_slots, int n_expert, int k
     if (lane == 0) count[e] = c;
   }
   __syncthreads();
-  if (warp == 0) {
-    const int chunk = (n_expert + kWarpSize - 1) / kWarpSize;
-    const int begin = min(lane * chunk, n_expert), end = min(begin + chunk, n_expert);
-    int rows = 0, n_of_items = 0;
-    for (int e = begin; e < end; ++e) rows += count[e], n_of_items += (count[e] + item_tokens - 1) / item_tokens;
-    int rows_before = rows, items_before = n_of_items;  // inclusive scans, then made exclusive
-    for (int offset = 1; offset < kWarpSize; offset *= 2) {
-      const int r = __shfl_up_sync(kFullWarpMask, rows_before, offset);
-      const int i = __shfl_up_sync(kFullWarpMask, items_before, offset);
-      if (lane >= offset) rows_before += r, items_before += i;
-    }
-    if (lane == kWarpSize - 1) first_item[n_expert] = items_before;
-    rows_before -= rows;
-    items_before -= n_of_items;
-    for (int e = begin; e < end; ++e) {
-      first_row[e] = rows_before;
-      first_item[e] = items_before;
-      rows_before += count[e];
-      items_before += (count[e] + item_tokens - 1) / item_tokens;
-    }
-  }
+  scan_expert_counts(count, n_expert, item_tokens, first_row, first_item);
   __syncthreads();
   for (int e = warp; e < n_expert; e += n_warps) {
     int placed = first_row[e];
@@ -155,41 +193,89 @@ __device__ void group_slots(const int32_t* ids, int n_slots, int n_expert, int k
       }
     }
   }
-  for (int i = first_item[n_expert] + static_cast<int>(threadIdx.x); i < n_items; i += static_cast<int>(blockDim.x)) {
-    items[i] = ExpertItem{-1, 0, 0, 0};
+  mark_spare_items(first_item, n_expert, n_items, items);
+}
+
+// The same order for a step of few slots (decode), whose experts are in
+// shared memory: one thread per expert passes over the slots in slot order,
+// counting them, then (after the scan) placing its own and cutting its items
+// as it goes. At one token most experts have no slot and the pass is a few
+// shared loads: the warp-per-expert loops above cost an H100 14 us here, a
+// dependent chain of some 2,000 instructions a warp.
+__device__ void group_few_slots(const int32_t* ids, int n_slots, int n_expert, int k, int item_tokens, int n_items,
+                                int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows,
+                                ExpertItem* __restrict__ items, int* shared) {
+  int* count = shared;                     // [n_expert]
+  int* first_row = count + n_expert;       // [n_expert]
+  int* first_item = first_row + n_expert;  // [n_expert + 1]
+  for (int e = static_cast<int>(threadIdx.x); e < n_expert; e += static_cast<int>(blockDim.x)) {
+    int c = 0;
+    for (int s = 0; s < n_slots; ++s) c += ids[s] == e;
+    count[e] = c;
   }
+  __syncthreads();
+  scan_expert_counts(count, n_expert, item_tokens, first_row, first_item);
+  __syncthreads();
+  for (int e = static_cast<int>(threadIdx.x); e < n_expert; e += static_cast<int>(blockDim.x)) {
+    const int first = first_row[e], end = first + count[e];
+    int row = first;
+    for (int s = 0; s < n_slots && row < end; ++s) {
+      if (ids[s] != e) continue;
+      sorted_slots[row] = s;
+      slot_rows[s] = row;
+      const int j = row - first;
+      const int index = first_item[e] + j / item_tokens;
+      if (j % item_tokens == 0 && index < n_items) {  // always, by max_expert_items
+        items[index] = ExpertItem{e, row, min(item_tokens, end - row), s / k};
+      }
+      ++row;
+    }
+  }
+  mark_spare_items(first_item, n_expert, n_items, items);
 }
 
 constexpr int kGroupThreads = 512;
 
 __global__ void __launch_bounds__(kGroupThreads)
     group_kernel(const int32_t* __restrict__ ids, int n_slots, int n_expert, int k, int item_tokens, int n_items,
-                 int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows, ExpertItem* __restrict__ items) {
+                 bool stage, int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows,
+                 ExpertItem* __restrict__ items) {
   extern __shared__ int group_shared[];
-  group_slots(ids, n_slots, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, group_shared);
+  int32_t* staged = stage ? group_shared + group_shared_ints(n_expert) : nullptr;
+  group_slots(stage_slot_experts(ids, n_slots, staged), n_slots, n_expert, k, item_tokens, n_items, sorted_slots,
+              slot_rows, items, group_shared);
 }
 
 // Small steps (decode): routing and grouping in one block, one launch
 // instead of two on the critical path of every layer. 8 warps route a token
 // each at a time (their probabilities beside the grouping's ints: at most
-// 32 + 12 KB of shared memory).
+// 32 + 12 KB of shared memory, then the slots' experts where they fit).
 constexpr int kFusedThreads = 256;
 constexpr int kFusedWarps = kFusedThreads / kWarpSize;
-static_assert(kFusedWarps * kMaxExperts * sizeof(float) + group_shared_ints(kMaxExperts) * sizeof(int) <= 48 * 1024,
+static_assert(kFusedWarps * kMaxExperts * sizeof(float) + group_shared_ints(kMaxExperts) * sizeof(int) <= kDefaultSharedBytes,
               "the fused kernel's shared memory fits the default 48 KB");
 
 __global__ void __launch_bounds__(kFusedThreads)
-    route_and_group_kernel(const float* __restrict__ logits, int n_tokens, int n_expert, int k, int item_tokens,
-                           int n_items, int32_t* ids, float* __restrict__ weights, int32_t* __restrict__ sorted_slots,
-                           int32_t* __restrict__ slot_rows, ExpertItem* __restrict__ items) {
+    route_and_group_kernel(const float* __restrict__ logits, int n_tokens, int n_expert, int k, bool renormalize,
+                           int item_tokens, int n_items, bool stage, int32_t* ids, float* __restrict__ weights,
+                           int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows,
+                           ExpertItem* __restrict__ items) {
   extern __shared__ float fused_shared[];
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   for (int t = warp; t < n_tokens; t += kFusedWarps) {
-    route_token(logits, t, n_expert, k, fused_shared + warp * n_expert, ids, weights);
+    route_token(logits, t, n_expert, k, renormalize, fused_shared + warp * n_expert, ids, weights);
   }
   __syncthreads();
-  group_slots(ids, n_tokens * k, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items,
-              reinterpret_cast<int*>(fused_shared + kFusedWarps * n_expert));
+  int* group_shared = reinterpret_cast<int*>(fused_shared + kFusedWarps * n_expert);
+  const int n_slots = n_tokens * k;
+  if (stage && n_slots <= kMaxFewSlots) {
+    const int32_t* staged = stage_slot_experts(ids, n_slots, group_shared + group_shared_ints(n_expert));
+    group_few_slots(staged, n_slots, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, group_shared);
+  } else {
+    int32_t* staged = stage ? group_shared + group_shared_ints(n_expert) : nullptr;
+    group_slots(stage_slot_experts(ids, n_slots, staged), n_slots, n_expert, k, item_tokens, n_items, sorted_slots,
+                slot_rows, items, group_shared);
+  }
 }
 
 __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __restrict__ sorted_slots, int k,
@@ -203,20 +289,74 @@ __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __rest
   }
 }
 
+// Token t's value j of the combination (combine_experts), its k slots'
+// rows and weights given. The slots' loads are independent: unrolled, they
+// are in flight together.
+__device__ __forceinline__ float combined_value(const float* __restrict__ expert_out, const int32_t* rows,
+                                                const float* slot_weights, int k, int n_embd,
+                                                const SharedExpertOutput& shared, float shared_scale,
+                                                const float* residual, int64_t t, int64_t j) {
+  float sum = 0.0f;
+#pragma unroll 8
+  for (int s = 0; s < k; ++s) {
+    const float v = expert_out[int64_t{rows[s]} * n_embd + j] * slot_weights[s];
+    sum = s == 0 ? v : sum + v;
+  }
+  const int64_t i = t * n_embd + j;
+  if (shared.out != nullptr) sum += shared.out[i] * shared_scale;
+  return residual != nullptr ? residual[i] + sum : sum;
+}
+
+// sigmoid(token t's shared-expert gate logit), or 0 without a shared expert.
+__device__ __forceinline__ float shared_expert_scale(const SharedExpertOutput& shared, int64_t t) {
+  return shared.out != nullptr ? 1.0f / (1.0f + expf(-__ldg(shared.gate_logit + t))) : 0.0f;
+}
+
 __global__ void combine_kernel(const float* __restrict__ expert_out, const int32_t* __restrict__ slot_rows,
-                               const float* __restrict__ weights, int n_tokens, int k, int n_embd, float* y,
-                               const float* residual) {
+                               const float* __restrict__ weights, int n_tokens, int k, int n_embd,
+                               SharedExpertOutput shared, float* y, const float* residual) {
   const int64_t total = int64_t{n_tokens} * n_embd;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / n_embd;
-    const int64_t j = i % n_embd;
-    float sum = 0.0f;
-    for (int s = 0; s < k; ++s) {
-      const int64_t slot = t * k + s;
-      const float v = expert_out[int64_t{__ldg(slot_rows + slot)} * n_embd + j] * __ldg(weights + slot);
-      sum = s == 0 ? v : sum + v;
-    }
-    y[i] = residual != nullptr ? residual[i] + sum : sum;
+    y[i] = combined_value(expert_out, slot_rows + t * k, weights + t * k, k, n_embd, shared,
+                          shared_expert_scale(shared, t), residual, t, i % n_embd);
+  }
+}
+
+constexpr int kCombineNormThreads = 1024;
+constexpr int kMaxCombineNormSlots = 64;  // a token's slots kept in shared memory
+
+// One block a token (decode: one block in all, so a wide one): the
+// combination, then its RMS norm (as rms_norm: mean of squares + eps, an
+// IEEE sqrt and division, y * scale * weight). The token's slot rows and
+// weights are read once into shared memory; each thread reads back only
+// the values it wrote.
+__global__ void __launch_bounds__(kCombineNormThreads)
+    combine_norm_kernel(const float* __restrict__ expert_out, const int32_t* __restrict__ slot_rows,
+                        const float* __restrict__ weights, int k, int n_embd, SharedExpertOutput shared, float* y,
+                        const float* residual, NextNorm next, float eps) {
+  __shared__ float scratch[kWarpSize];
+  __shared__ int32_t rows[kMaxCombineNormSlots];
+  __shared__ float slot_weights[kMaxCombineNormSlots];
+  const int64_t t = blockIdx.x;
+  for (int s = static_cast<int>(threadIdx.x); s < k; s += kCombineNormThreads) {
+    rows[s] = __ldg(slot_rows + t * k + s);
+    slot_weights[s] = __ldg(weights + t * k + s);
+  }
+  __syncthreads();
+  const float shared_scale = shared_expert_scale(shared, t);
+  float* yr = y + t * n_embd;
+  float sum = 0.0f;
+  for (int j = static_cast<int>(threadIdx.x); j < n_embd; j += kCombineNormThreads) {
+    const float v = combined_value(expert_out, rows, slot_weights, k, n_embd, shared, shared_scale, residual, t, j);
+    yr[j] = v;
+    sum += v * v;
+  }
+  sum = block_sum(sum, scratch);
+  const float scale = 1.0f / sqrtf(sum / static_cast<float>(n_embd) + eps);
+  float* out = next.out + t * n_embd;
+  for (int j = static_cast<int>(threadIdx.x); j < n_embd; j += kCombineNormThreads) {
+    out[j] = yr[j] * scale * __ldg(next.weight + j);
   }
 }
 
@@ -235,13 +375,14 @@ void check_experts(const char* op, int n_expert, int k, int item_tokens = 1) {
 
 }  // namespace
 
-void route_experts(const float* logits, int n_tokens, int n_expert, int k, int32_t* ids, float* weights,
-                   cudaStream_t stream) {
+void route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, int32_t* ids,
+                   float* weights, cudaStream_t stream) {
   check_experts("route_experts", n_expert, k);
   if (n_tokens <= 0) return;
   const int blocks = (n_tokens + kRouteWarps - 1) / kRouteWarps;
   const size_t shared = static_cast<size_t>(kRouteWarps) * n_expert * sizeof(float);
-  route_kernel<<<blocks, kRouteWarps * kWarpSize, shared, stream>>>(logits, n_tokens, n_expert, k, ids, weights);
+  route_kernel<<<blocks, kRouteWarps * kWarpSize, shared, stream>>>(logits, n_tokens, n_expert, k, renormalize, ids,
+                                                                   weights);
   M40_CUDA_CHECK_LAUNCH();
 }
 
@@ -266,24 +407,30 @@ void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int k, int i
                      int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items, cudaStream_t stream) {
   check_experts("group_by_expert", n_expert, k, item_tokens);
   if (n_slots <= 0 || n_items <= 0) return;
-  const size_t shared = group_shared_ints(n_expert) * sizeof(int);
-  group_kernel<<<1, kGroupThreads, shared, stream>>>(ids, n_slots, n_expert, k, item_tokens, n_items, sorted_slots,
-                                                     slot_rows, items);
+  size_t shared = group_shared_ints(n_expert) * sizeof(int);
+  const bool stage = slots_fit_shared(shared, n_slots);
+  if (stage) shared += n_slots * sizeof(int32_t);
+  group_kernel<<<1, kGroupThreads, shared, stream>>>(ids, n_slots, n_expert, k, item_tokens, n_items, stage,
+                                                     sorted_slots, slot_rows, items);
   M40_CUDA_CHECK_LAUNCH();
 }
 
-void route_and_group(const float* logits, int n_tokens, int n_expert, int k, int item_tokens, int n_items,
-                     int32_t* ids, float* weights, int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items,
-                     cudaStream_t stream) {
+void route_and_group(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, int item_tokens,
+                     int n_items, int32_t* ids, float* weights, int32_t* sorted_slots, int32_t* slot_rows,
+                     ExpertItem* items, cudaStream_t stream) {
   check_experts("route_and_group", n_expert, k, item_tokens);
   if (n_tokens <= 0 || n_items <= 0) return;
   if (n_tokens > kMaxFusedRouteTokens) {
-    route_experts(logits, n_tokens, n_expert, k, ids, weights, stream);
+    route_experts(logits, n_tokens, n_expert, k, renormalize, ids, weights, stream);
     return group_by_expert(ids, n_tokens * k, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, stream);
   }
-  const size_t shared = kFusedWarps * n_expert * sizeof(float) + group_shared_ints(n_expert) * sizeof(int);
-  route_and_group_kernel<<<1, kFusedThreads, shared, stream>>>(logits, n_tokens, n_expert, k, item_tokens, n_items, ids,
-                                                               weights, sorted_slots, slot_rows, items);
+  size_t shared = kFusedWarps * n_expert * sizeof(float) + group_shared_ints(n_expert) * sizeof(int);
+  const int n_slots = n_tokens * k;
+  const bool stage = slots_fit_shared(shared, n_slots);
+  if (stage) shared += n_slots * sizeof(int32_t);
+  route_and_group_kernel<<<1, kFusedThreads, shared, stream>>>(logits, n_tokens, n_expert, k, renormalize, item_tokens,
+                                                               n_items, stage, ids, weights, sorted_slots, slot_rows,
+                                                               items);
   M40_CUDA_CHECK_LAUNCH();
 }
 
@@ -298,11 +445,26 @@ void gather_expert_rows(const float* x, const int32_t* sorted_slots, int k, int 
 }
 
 void combine_experts(const float* expert_out, const int32_t* slot_rows, const float* weights, int n_tokens, int k,
-                     int n_embd, float* y, const float* residual, cudaStream_t stream) {
+                     int n_embd, SharedExpertOutput shared, float* y, const float* residual, cudaStream_t stream,
+                     const NextNorm& next, float eps) {
+  if ((shared.out == nullptr) != (shared.gate_logit == nullptr)) {
+    throw Error("combine_experts: a shared expert's output needs its gate logits");
+  }
+  if ((next.weight == nullptr) != (next.out == nullptr)) throw Error("combine_experts: a next norm needs its output");
   if (n_tokens <= 0) return;
+  if (next.weight != nullptr && k <= kMaxCombineNormSlots) {
+    combine_norm_kernel<<<n_tokens, kCombineNormThreads, 0, stream>>>(expert_out, slot_rows, weights, k, n_embd, shared,
+                                                                     y, residual, next, eps);
+    M40_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (next.weight != nullptr) {  // more slots than the fused kernel keeps: the norm on its own
+    combine_experts(expert_out, slot_rows, weights, n_tokens, k, n_embd, shared, y, residual, stream);
+    return rms_norm(y, next.weight, next.out, n_tokens, n_embd, eps, stream);
+  }
   const int threads = 256;
   combine_kernel<<<grid_blocks(int64_t{n_tokens} * n_embd, threads), threads, 0, stream>>>(expert_out, slot_rows, weights,
-                                                                                         n_tokens, k, n_embd, y, residual);
+                                                                                         n_tokens, k, n_embd, shared, y, residual);
   M40_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,11 +1,13 @@
 // The mixture-of-experts FFN on the GPU, as cpu::moe_ffn computes it (the
 // reference, src/backends/cpu/moe.h): the router's logits (a plain product)
-// → route_experts (softmax, top k, renormalized weights) → group_by_expert
+// → route_experts (softmax, top k, weights renormalized where the
+// architecture says) → group_by_expert
 // (the step's (token, slot) pairs in expert order, cut into work items) →
 // gather_expert_rows (unless each item is one token, which the products
 // then read in place) → grouped products of the chosen experts only
 // (matmul.h, grouped_matmul: gate and up, silu, down) → combine_experts
-// (each token's weighted sum of its slots, plus the residual). Every launch
+// (each token's weighted sum of its slots, plus a shared expert's gated
+// output where the layer has one, plus the residual). Every launch
 // has a grid fixed by the step's token count, so a decode step stays one
 // CUDA graph with the routing on the GPU.
 #pragma once
@@ -14,6 +16,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/matmul.h"
 
 namespace m40::cuda {
@@ -24,10 +27,11 @@ inline constexpr int kMaxExperts = 1024;
 
 // Per token t: the k experts of highest softmax probability over the
 // n_expert logits[t], in descending order (ties to the lower index), to
-// ids[t * k + s], and their probabilities divided by their sum (at least
-// 6.103515625e-5) to weights[t * k + s]. CPU twin: cpu::route_experts.
-void route_experts(const float* logits, int n_tokens, int n_expert, int k, int32_t* ids, float* weights,
-                   cudaStream_t stream);
+// ids[t * k + s], and their probabilities to weights[t * k + s], with
+// `renormalize` divided by their sum (at least 6.103515625e-5). CPU twin:
+// cpu::route_experts.
+void route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, int32_t* ids,
+                   float* weights, cudaStream_t stream);
 
 // Tokens per work item for a step of n_tokens (matmul.h, grouped_matmul):
 // about the tokens an expert gets when the n_tokens * k choices spread evenly
@@ -53,18 +57,29 @@ void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int k, int i
 // up to kMaxFusedRouteTokens tokens, where each kernel is a few
 // microseconds on the critical path of every layer.
 inline constexpr int kMaxFusedRouteTokens = 32;
-void route_and_group(const float* logits, int n_tokens, int n_expert, int k, int item_tokens, int n_items,
-                     int32_t* ids, float* weights, int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items,
-                     cudaStream_t stream);
+void route_and_group(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, int item_tokens,
+                     int n_items, int32_t* ids, float* weights, int32_t* sorted_slots, int32_t* slot_rows,
+                     ExpertItem* items, cudaStream_t stream);
 
 // out[r] = x[sorted_slots[r] / k] for the n_slots rows of n_embd values.
 void gather_expert_rows(const float* x, const int32_t* sorted_slots, int k, int n_slots, int n_embd, float* out,
                         cudaStream_t stream);
 
-// y[t] = residual[t] + Σ_s weights[t k + s] · expert_out[slot_rows[t k + s]]
-// for s in slot order (residual may be null or y). CPU twin: the end of
-// cpu::moe_ffn.
+// A shared expert's output rows ([n_tokens][n_embd]) and gate logit per
+// token (qwen2moe); both null where the layer has none.
+struct SharedExpertOutput {
+  const float* out = nullptr;
+  const float* gate_logit = nullptr;
+};
+
+// y[t] = residual[t] + (Σ_s weights[t k + s] · expert_out[slot_rows[t k + s]]
+// for s in slot order + sigmoid(shared.gate_logit[t]) · shared.out[t])
+// (residual may be null or y); where `next` names a norm, also
+// next.out[t] = rms_norm(y[t]) * next.weight (eps): the next layer's input,
+// one launch fewer a layer. CPU twin: the end of cpu::moe_ffn (then
+// cpu::rms_norm).
 void combine_experts(const float* expert_out, const int32_t* slot_rows, const float* weights, int n_tokens, int k,
-                     int n_embd, float* y, const float* residual, cudaStream_t stream);
+                     int n_embd, SharedExpertOutput shared, float* y, const float* residual, cudaStream_t stream,
+                     const NextNorm& next = {}, float eps = 0.0f);
 
 }  // namespace m40::cuda

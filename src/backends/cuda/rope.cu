@@ -16,9 +16,17 @@
 // with magnitude 1 the table holds exactly what it held before YaRN was
 // added (x * 1 is exact).
 //
-// Grid: x = token, y = a slice of 256 (head, pair) items. Each block first
-// fills a shared table of cos/sin for its token's position (thread i runs the
-// i multiplications of pair i: at most n_rot/2 dependent products).
+// The same launch also applies the per-head RMS norms that come before RoPE
+// (qwen3, gemma3: Q's and K's heads each normalized over head_dim values),
+// and takes Q's and K's heads together: one small kernel a layer where there
+// were up to four (two norms, two rotations), each a few microseconds of a
+// decode step's critical path.
+//
+// Grid: x = token, y = a slice of kHeadWarps heads (Q's, then K's). Each
+// block first fills a shared table of cos/sin for its token's position
+// (thread i runs the i multiplications of pair i: at most n_rot/2 dependent
+// products); then each warp takes one head: its norm (the head in shared
+// memory, a warp sum of squares), then its pairs.
 //
 // Also here, the other thing a token's position does to Q: the attention
 // temperature (mistral3), Q x 1 + scale * ln(floor(p / length) + 1) after
@@ -30,21 +38,26 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/layer_kernels.h"
+#include "backends/cuda/warp_reduce.cuh"
 #include "common/error.h"
 
 namespace m40::cuda {
 
 namespace {
 
-constexpr int kRopeThreads = 256;
+constexpr int kHeadWarps = 8;  // heads per block
+constexpr int kHeadThreads = kHeadWarps * kWarpSize;
+// The largest head a warp normalizes in shared memory (8 x 4 KB).
+constexpr int kMaxNormedHeadDim = 1024;
 
-struct RopeArgs {
-  float* x;
+struct HeadsArgs {
+  HeadRows rows[kMaxHeadRows];
+  int n_rows;
   const int32_t* positions;
-  const float* freq_factors;
-  int n_heads;
-  int row_stride;
   int head_dim;
+  float eps;
+  bool rope;  // the fields below apply
+  const float* freq_factors;
   int pairs;  // n_rot / 2
   float theta_scale;
   float freq_scale;
@@ -55,13 +68,9 @@ struct RopeArgs {
   bool neox;
 };
 
-__global__ void __launch_bounds__(kRopeThreads) rope_kernel(RopeArgs a) {
-  extern __shared__ float table[];  // cos[pairs] then sin[pairs]
-  float* cos_t = table;
-  float* sin_t = table + a.pairs;
-  const int64_t t = blockIdx.x;
-  const int32_t pos = __ldg(a.positions + t);
-  for (int i = static_cast<int>(threadIdx.x); i < a.pairs; i += kRopeThreads) {
+// cos and sin of each pair's angle at position pos, times the magnitude.
+__device__ void fill_rope_table(const HeadsArgs& a, int32_t pos, float* cos_t, float* sin_t) {
+  for (int i = static_cast<int>(threadIdx.x); i < a.pairs; i += kHeadThreads) {
     float theta_base = static_cast<float>(pos);
     for (int k = 0; k < i; ++k) theta_base *= a.theta_scale;
     const float ff = a.freq_factors != nullptr ? __ldg(a.freq_factors + i) : 1.0f;
@@ -78,21 +87,55 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(RopeArgs a) {
     cos_t[i] = c * a.magnitude;
     sin_t[i] = s * a.magnitude;
   }
+}
+
+__global__ void __launch_bounds__(kHeadThreads) heads_kernel(HeadsArgs a) {
+  extern __shared__ float shared[];  // cos[pairs], sin[pairs], then a head per warp
+  float* cos_t = shared;
+  float* sin_t = shared + a.pairs;
+  const int64_t t = blockIdx.x;
+  if (a.rope) fill_rope_table(a, __ldg(a.positions + t), cos_t, sin_t);
   __syncthreads();
 
-  const int item = static_cast<int>(blockIdx.y) * kRopeThreads + static_cast<int>(threadIdx.x);
-  if (item >= a.n_heads * a.pairs) return;
-  const int h = item / a.pairs;
-  const int i = item % a.pairs;
-  float* head = a.x + t * a.row_stride + static_cast<int64_t>(h) * a.head_dim;
-  const int ia = a.neox ? i : 2 * i;
-  const int ib = a.neox ? i + a.pairs : 2 * i + 1;
-  const float x0 = head[ia];
-  const float x1 = head[ib];
-  const float c = cos_t[i];
-  const float s = sin_t[i];
-  head[ia] = __fmul_rn(x0, c) - __fmul_rn(x1, s);
-  head[ib] = __fmul_rn(x0, s) + __fmul_rn(x1, c);
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  // Q's heads, then K's. Chosen without indexing the parameter array by a
+  // runtime value, which would copy it to local memory.
+  static_assert(kMaxHeadRows == 2, "the head lookup below takes two row sets");
+  int h = static_cast<int>(blockIdx.y) * kHeadWarps + warp;
+  const bool second = h >= a.rows[0].n_heads;
+  if (second) h -= a.rows[0].n_heads;
+  if (second && (a.n_rows < 2 || h >= a.rows[1].n_heads)) return;  // past the last head; no barrier follows
+  const HeadRows rows = second ? a.rows[1] : a.rows[0];
+  float* head = rows.x + t * rows.row_stride + static_cast<int64_t>(h) * a.head_dim;
+  const int n_rot = a.rope ? 2 * a.pairs : 0;
+
+  float* normed = shared + 2 * a.pairs + warp * a.head_dim;
+  if (rows.norm != nullptr) {
+    // As rms_norm: mean of squares + eps, an IEEE sqrt and division, x * scale * w.
+    float sum = 0.0f;
+    for (int i = lane; i < a.head_dim; i += kWarpSize) {
+      const float v = head[i];
+      normed[i] = v;
+      sum += v * v;
+    }
+    sum = warp_sum(sum);
+    const float scale = 1.0f / sqrtf(sum / static_cast<float>(a.head_dim) + a.eps);
+    for (int i = lane; i < a.head_dim; i += kWarpSize) normed[i] = normed[i] * scale * __ldg(rows.norm + i);
+    __syncwarp();
+    for (int i = n_rot + lane; i < a.head_dim; i += kWarpSize) head[i] = normed[i];  // not rotated
+  }
+  const float* in = rows.norm != nullptr ? normed : head;
+  for (int i = lane; i < a.pairs && a.rope; i += kWarpSize) {
+    const int ia = a.neox ? i : 2 * i;
+    const int ib = a.neox ? i + a.pairs : 2 * i + 1;
+    const float x0 = in[ia];
+    const float x1 = in[ib];
+    const float c = cos_t[i];
+    const float s = sin_t[i];
+    head[ia] = __fmul_rn(x0, c) - __fmul_rn(x1, s);
+    head[ib] = __fmul_rn(x0, s) + __fmul_rn(x1, c);
+  }
 }
 
 constexpr int kTemperatureThreads = 256;
@@ -124,37 +167,62 @@ void attention_temperature(float* q, int n_tokens, int row_len, const int32_t* p
   M40_CUDA_CHECK_LAUNCH();
 }
 
+void norm_and_rope_heads(const HeadRows* rows, int n_rows, int n_tokens, int head_dim, float eps,
+                         const int32_t* positions, const RopeConfig* rope, cudaStream_t stream) {
+  if (n_rows < 1 || n_rows > kMaxHeadRows || head_dim <= 0) {
+    throw Error("norm_and_rope_heads: " + std::to_string(n_rows) + " row sets (1 to " + std::to_string(kMaxHeadRows) +
+                ") of heads of " + std::to_string(head_dim));
+  }
+  if (rope != nullptr && (rope->head_dim != head_dim || rope->n_rot <= 0 || rope->n_rot % 2 != 0 || rope->n_rot > head_dim)) {
+    throw Error("rope: n_rot must be even and in 1.." + std::to_string(head_dim) + " (head_dim), got " +
+                std::to_string(rope->n_rot));
+  }
+  HeadsArgs a{};
+  int total_heads = 0;
+  bool any_norm = false;
+  for (int r = 0; r < n_rows; ++r) {
+    const HeadRows& h = rows[r];
+    if (n_tokens < 0 || h.n_heads < 0 || h.row_stride < static_cast<int64_t>(h.n_heads) * head_dim) {
+      throw Error("rope: " + std::to_string(h.n_heads) + " heads of " + std::to_string(head_dim) +
+                  " do not fit a row stride of " + std::to_string(h.row_stride));
+    }
+    a.rows[r] = h;
+    total_heads += h.n_heads;
+    any_norm = any_norm || h.norm != nullptr;
+  }
+  if (any_norm && head_dim > kMaxNormedHeadDim) {
+    throw Error("norm_and_rope_heads: per-head norms of up to " + std::to_string(kMaxNormedHeadDim) + " values, not " +
+                std::to_string(head_dim));
+  }
+  if (n_tokens == 0 || total_heads == 0 || (!any_norm && rope == nullptr)) return;
+  a.n_rows = n_rows;
+  a.positions = positions;
+  a.head_dim = head_dim;
+  a.eps = eps;
+  a.rope = rope != nullptr;
+  if (rope != nullptr) {
+    a.freq_factors = rope->freq_factors;
+    a.pairs = rope->n_rot / 2;
+    a.theta_scale = std::pow(rope->freq_base, -2.0f / static_cast<float>(rope->n_rot));  // as the CPU
+    a.freq_scale = rope->freq_scale;
+    a.ext_factor = rope->ext_factor;
+    a.corr_low = rope->corr_low;
+    a.corr_high = rope->corr_high;
+    a.magnitude = rope->magnitude;
+    a.neox = rope->neox;
+  }
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>((total_heads + kHeadWarps - 1) / kHeadWarps));
+  const size_t shared = (2 * static_cast<size_t>(a.pairs) + (any_norm ? kHeadWarps * static_cast<size_t>(head_dim) : 0)) *
+                        sizeof(float);
+  heads_kernel<<<grid, kHeadThreads, shared, stream>>>(a);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
 void rope(float* x, int n_tokens, int n_heads, int row_stride, const int32_t* positions, const RopeConfig& config,
           cudaStream_t stream) {
-  if (config.head_dim <= 0 || config.n_rot <= 0 || config.n_rot % 2 != 0 || config.n_rot > config.head_dim) {
-    throw Error("rope: n_rot must be even and in 1.." + std::to_string(config.head_dim) + " (head_dim), got " +
-                std::to_string(config.n_rot));
-  }
-  if (n_tokens < 0 || n_heads < 0 || row_stride < static_cast<int64_t>(n_heads) * config.head_dim) {
-    throw Error("rope: " + std::to_string(n_heads) + " heads of " + std::to_string(config.head_dim) +
-                " do not fit a row stride of " + std::to_string(row_stride));
-  }
-  if (n_tokens == 0 || n_heads == 0) return;
-  RopeArgs a{};
-  a.x = x;
-  a.positions = positions;
-  a.freq_factors = config.freq_factors;
-  a.n_heads = n_heads;
-  a.row_stride = row_stride;
-  a.head_dim = config.head_dim;
-  a.pairs = config.n_rot / 2;
-  a.theta_scale = std::pow(config.freq_base, -2.0f / static_cast<float>(config.n_rot));  // as the CPU
-  a.freq_scale = config.freq_scale;
-  a.ext_factor = config.ext_factor;
-  a.corr_low = config.corr_low;
-  a.corr_high = config.corr_high;
-  a.magnitude = config.magnitude;
-  a.neox = config.neox;
-  const int items = n_heads * a.pairs;
-  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>((items + kRopeThreads - 1) / kRopeThreads));
-  const size_t shared = 2 * static_cast<size_t>(a.pairs) * sizeof(float);
-  rope_kernel<<<grid, kRopeThreads, shared, stream>>>(a);
-  M40_CUDA_CHECK_LAUNCH();
+  if (config.head_dim <= 0) throw Error("rope: heads of " + std::to_string(config.head_dim) + " values");
+  const HeadRows rows{x, n_heads, row_stride, nullptr};
+  norm_and_rope_heads(&rows, 1, n_tokens, config.head_dim, 0.0f, positions, &config, stream);
 }
 
 }  // namespace m40::cuda

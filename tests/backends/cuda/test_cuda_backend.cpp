@@ -88,14 +88,29 @@ std::vector<std::string> architecture_models() {
 
 // gen-model recipes whose formats no shared file holds (their tensor-type
 // mixes included), written at the tiny shape when a test starts: the
-// parameter "gen:RECIPE".
+// parameter "gen:RECIPE"; and architectures no shared file holds, "gen:
+// SHAPE:RECIPE" (qwen2moe's shared expert and unrenormalized routing: 8
+// experts of 32, 2 used, a shared expert of 64; its tokenizer from
+// tiny-qwen2).
 constexpr const char* kGenerated = "gen:";
 std::vector<std::string> generated_models() {
   std::vector<std::string> names;
   for (const char* recipe : {"q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "iq4_xs", "iq4_nl", "q4_1", "q5_0", "q5_1"}) {
     names.push_back(std::string(kGenerated) + recipe);
   }
+  for (const char* recipe : {"f32", "q8_0"}) names.push_back(std::string(kGenerated) + "tiny-qwen2moe:" + recipe);
   return names;
+}
+
+// The shape, recipe and tokenizer source of a "gen:" parameter.
+struct GeneratedModel {
+  std::string shape = "tiny", recipe, tokenizer = "TinyStories-656K-Q8_0.gguf";
+};
+GeneratedModel generated_model(const std::string& param) {
+  const std::string spec = param.substr(std::string(kGenerated).size());
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos) return {.recipe = spec};
+  return {spec.substr(0, colon), spec.substr(colon + 1), "arch/tiny-qwen2-F32.gguf"};
 }
 
 // Both engines compute in FP32 from identically dequantized weights and FP16
@@ -119,11 +134,13 @@ class CudaVsCpu : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
     const std::string& name = GetParam();
-    tolerance_ = name.rfind("arch/", 0) == 0 ? kArchitectureTolerance : kTolerance;
+    const bool generated = name.rfind(kGenerated, 0) == 0;
+    const bool architecture = name.rfind("arch/", 0) == 0 || (generated && generated_model(name).shape != "tiny");
+    tolerance_ = architecture ? kArchitectureTolerance : kTolerance;
     std::filesystem::path path;
-    if (name.rfind(kGenerated, 0) == 0) {
-      generated_ = test::write_synthetic_model("tiny", name.substr(std::string(kGenerated).size()),
-                                               "TinyStories-656K-Q8_0.gguf");
+    if (generated) {
+      const GeneratedModel g = generated_model(name);
+      generated_ = test::write_synthetic_model(g.shape, g.recipe, g.tokenizer);
       if (generated_.empty()) GTEST_SKIP() << "shared tokenizer model missing";
       path = generated_;
     } else {
@@ -376,7 +393,12 @@ INSTANTIATE_TEST_SUITE_P(ArchitectureModels, CudaVsCpu, ::testing::ValuesIn(arch
                            return s;
                          });
 INSTANTIATE_TEST_SUITE_P(GeneratedModels, CudaVsCpu, ::testing::ValuesIn(generated_models()),
-                         [](const auto& param_info) { return param_info.param.substr(std::string(kGenerated).size()); });
+                         [](const auto& param_info) {
+                           const GeneratedModel g = generated_model(param_info.param);
+                           std::string s = g.shape == "tiny" ? g.recipe : g.shape + "_" + g.recipe;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
 
 // LongRoPE takes its long factors when the context is longer than the
 // original trained one (phi3's tiny model: 4096): both backends choose by
@@ -594,19 +616,3 @@ TEST(CudaBackend, AnF32CacheIsRefused) {
   EXPECT_THROW(cuda::CudaBackend(model->hparams, model->weights, go), Error);
 }
 
-// qwen2moe's shared expert and unrenormalized routing run on the CPU only:
-// the CUDA backend refuses such a model by name, before touching a GPU (so
-// this runs without one too).
-TEST(CudaBackend, AQwen2MoeModelIsRefusedWithThePointerToTheCpu) {
-  const auto path = test::write_synthetic_model("tiny-qwen2moe", "f32", "arch/tiny-qwen2-F32.gguf");
-  if (path.empty()) GTEST_SKIP() << "shared model missing";
-  auto model = model::LoadedModel::open(path.string());
-  std::filesystem::remove(path);
-  try {
-    cuda::CudaBackend backend(model->hparams, model->weights, cuda::CudaBackendOptions{});
-    FAIL() << "expected a refusal";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("qwen2moe"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("use --cpu"), std::string::npos) << e.what();
-  }
-}

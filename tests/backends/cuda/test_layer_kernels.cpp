@@ -288,6 +288,90 @@ TEST_F(LayerKernels, RopeWithYarnAndMagnitudeMatchesTheCpu) {
   check_rope(stream_, {128, 128, false, false, 10000.0f, 0.25f, 8, 8 * 128, 1.0f, 20.0f, 20.0f, 1.0f});  // a step, no ramp
 }
 
+// norm_and_rope_heads: Q's and K's heads of one layer in one launch, each
+// head normalized (where its norm is given) then rotated (where RoPE is),
+// against cpu::rms_norm per head then cpu::rope. Q's rows hold a fused
+// row's tail in some cases, which must come back untouched.
+struct HeadsCase {
+  int head_dim, n_rot;
+  bool neox;
+  int n_head, n_head_kv;
+  bool q_norm, k_norm, rope;
+  int q_tail = 0;  // values after Q's heads in its row
+};
+
+void check_norm_and_rope_heads(cudaStream_t stream, const HeadsCase& c) {
+  SCOPED_TRACE("head_dim " + std::to_string(c.head_dim) + ", n_rot " + std::to_string(c.n_rot) +
+               (c.neox ? ", neox" : ", normal") + ", heads " + std::to_string(c.n_head) + "/" +
+               std::to_string(c.n_head_kv) + (c.q_norm ? ", Q norm" : "") + (c.k_norm ? ", K norm" : "") +
+               (c.rope ? ", RoPE" : ", no RoPE"));
+  const std::vector<int32_t> positions = {0, 5, 4095, 31, 32767, 3};
+  const int n_tokens = static_cast<int>(positions.size());
+  const int q_stride = c.n_head * c.head_dim + c.q_tail;
+  const int k_stride = c.n_head_kv * c.head_dim;
+  const float eps = 1e-6f;
+  const auto q = random_floats(static_cast<size_t>(n_tokens) * q_stride, -2.0f, 2.0f, 21);
+  const auto k = random_floats(static_cast<size_t>(n_tokens) * k_stride, -2.0f, 2.0f, 22);
+  const auto q_w = random_floats(static_cast<size_t>(c.head_dim), 0.5f, 1.5f, 23);
+  const auto k_w = random_floats(static_cast<size_t>(c.head_dim), 0.5f, 1.5f, 24);
+
+  cpu::RopeParams p;
+  p.head_dim = c.head_dim;
+  p.n_rot = c.n_rot;
+  p.freq_base = 1000000.0f;
+  p.style = c.neox ? model::RopeStyle::NeoX : model::RopeStyle::Normal;
+  std::vector<float> want_q = q, want_k = k;
+  const auto reference = [&](std::vector<float>& x, int stride, int n_heads, bool norm, const std::vector<float>& w) {
+    for (int t = 0; t < n_tokens; ++t) {
+      float* row = x.data() + static_cast<int64_t>(t) * stride;
+      if (norm) {
+        for (int h = 0; h < n_heads; ++h) cpu::rms_norm(row + h * c.head_dim, w.data(), row + h * c.head_dim, c.head_dim, eps);
+      }
+      if (c.rope) cpu::rope(row, n_heads, positions[static_cast<size_t>(t)], p);
+    }
+  };
+  reference(want_q, q_stride, c.n_head, c.q_norm, q_w);
+  reference(want_k, k_stride, c.n_head_kv, c.k_norm, k_w);
+
+  DeviceBuffer<float> d_q(q.size()), d_k(k.size()), d_qw(q_w.size()), d_kw(k_w.size());
+  DeviceBuffer<int32_t> d_pos(positions.size());
+  to_device(d_q, q);
+  to_device(d_k, k);
+  to_device(d_qw, q_w);
+  to_device(d_kw, k_w);
+  to_device(d_pos, positions);
+  RopeConfig config;
+  config.head_dim = c.head_dim;
+  config.n_rot = c.n_rot;
+  config.freq_base = p.freq_base;
+  config.neox = c.neox;
+  const HeadRows rows[2] = {{d_q.get(), c.n_head, q_stride, c.q_norm ? d_qw.get() : nullptr},
+                            {d_k.get(), c.n_head_kv, k_stride, c.k_norm ? d_kw.get() : nullptr}};
+  norm_and_rope_heads(rows, 2, n_tokens, c.head_dim, eps, d_pos.get(), c.rope ? &config : nullptr, stream);
+  // Normalized values are a few units: their rounding (the GPU sums the
+  // squares in another order) and RoPE's few-ulp angles at 32k positions.
+  expect_close(from_device(d_q), want_q, 1e-5, 1e-5, "Q");
+  expect_close(from_device(d_k), want_k, 1e-5, 1e-5, "K");
+}
+
+TEST_F(LayerKernels, NormAndRopeOfHeadsMatchTheCpu) {
+  check_norm_and_rope_heads(stream_, {128, 128, true, 32, 4, true, true, true});  // qwen3 / qwen3moe
+  check_norm_and_rope_heads(stream_, {256, 256, true, 8, 4, true, true, true});   // gemma3
+  check_norm_and_rope_heads(stream_, {128, 128, false, 32, 8, false, false, true});  // llama: RoPE only
+  check_norm_and_rope_heads(stream_, {64, 32, true, 4, 2, true, true, true, 2 * 2 * 64});  // partial rotation, fused row
+  check_norm_and_rope_heads(stream_, {64, 64, true, 9, 3, true, false, true});   // Q norm only, 12 heads: 2 blocks
+  check_norm_and_rope_heads(stream_, {128, 128, true, 16, 8, true, true, false});  // a NoPE layer with norms
+  check_norm_and_rope_heads(stream_, {4, 4, false, 2, 2, true, true, true});
+}
+
+TEST(LayerKernelArguments, NormAndRopeOfHeadsRejectBadShapes) {
+  const HeadRows rows[3] = {{nullptr, 2, 128, nullptr}, {nullptr, 1, 64, nullptr}, {nullptr, 1, 64, nullptr}};
+  EXPECT_THROW(norm_and_rope_heads(rows, 3, 1, 64, 1e-6f, nullptr, nullptr, nullptr), Error);  // three row sets
+  EXPECT_THROW(norm_and_rope_heads(rows, 2, 1, 96, 1e-6f, nullptr, nullptr, nullptr), Error);  // 2 x 96 > 128
+  const HeadRows big{nullptr, 1, 2048, reinterpret_cast<const float*>(16)};
+  EXPECT_THROW(norm_and_rope_heads(&big, 1, 1, 2048, 1e-6f, nullptr, nullptr, nullptr), Error);  // norm of 2048
+}
+
 TEST(LayerKernelArguments, RopeRejectsAnOddOrOversizedRotation) {
   RopeConfig config;
   config.head_dim = 64;

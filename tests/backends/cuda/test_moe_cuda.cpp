@@ -61,42 +61,45 @@ TEST(MoeCuda, RoutingMatchesTheCpu) {
   };
   for (const Case c : {Case{1, 8, 2}, Case{7, 4, 2}, Case{33, 128, 8}, Case{300, 60, 4}, Case{5, 40, 33},
                        Case{3, 1024, 8}, Case{9, 5, 5}}) {
-    SCOPED_TRACE(std::to_string(c.n_tokens) + " tokens, " + std::to_string(c.n_expert) + " experts, k " +
-                 std::to_string(c.k));
-    // Logits of a real router's spread (several units), never equal.
-    const auto logits = test::random_floats(static_cast<size_t>(c.n_tokens) * c.n_expert, -4.0f, 4.0f,
-                                            static_cast<uint32_t>(c.n_expert * 31 + c.k));
-    std::vector<cpu::ExpertChoice> want(static_cast<size_t>(c.n_tokens) * c.k);
-    for (int t = 0; t < c.n_tokens; ++t) {
-      cpu::route_experts(logits.data() + static_cast<size_t>(t) * c.n_expert, c.n_expert, c.k, true,
-                         want.data() + t * c.k);
-    }
-    DeviceBuffer<float> d_logits(logits.size());
-    DeviceBuffer<int32_t> d_ids(want.size());
-    DeviceBuffer<float> d_weights(want.size());
-    to_device(d_logits, logits);
-    poison(d_ids);
-    poison(d_weights);
-    route_experts(d_logits.get(), c.n_tokens, c.n_expert, c.k, d_ids.get(), d_weights.get(), nullptr);
-    const auto ids = from_device(d_ids);
-    const auto weights = from_device(d_weights);
-    int bad = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      const bool ok = ids[i] == want[i].expert && std::fabs(weights[i] - want[i].weight) <= 1e-6f + 1e-5f * want[i].weight;
-      if (!ok && ++bad <= 5) {
-        ADD_FAILURE() << "token " << i / c.k << " slot " << i % c.k << ": GPU expert " << ids[i] << " weight "
-                      << weights[i] << ", CPU expert " << want[i].expert << " weight " << want[i].weight;
+    for (const bool renormalize : {true, false}) {  // qwen3moe and Mixtral; qwen2moe
+      SCOPED_TRACE(std::to_string(c.n_tokens) + " tokens, " + std::to_string(c.n_expert) + " experts, k " +
+                   std::to_string(c.k) + (renormalize ? ", renormalized" : ", as the softmax gives them"));
+      // Logits of a real router's spread (several units), never equal.
+      const auto logits = test::random_floats(static_cast<size_t>(c.n_tokens) * c.n_expert, -4.0f, 4.0f,
+                                              static_cast<uint32_t>(c.n_expert * 31 + c.k));
+      std::vector<cpu::ExpertChoice> want(static_cast<size_t>(c.n_tokens) * c.k);
+      for (int t = 0; t < c.n_tokens; ++t) {
+        cpu::route_experts(logits.data() + static_cast<size_t>(t) * c.n_expert, c.n_expert, c.k, renormalize,
+                           want.data() + t * c.k);
       }
+      DeviceBuffer<float> d_logits(logits.size());
+      DeviceBuffer<int32_t> d_ids(want.size());
+      DeviceBuffer<float> d_weights(want.size());
+      to_device(d_logits, logits);
+      poison(d_ids);
+      poison(d_weights);
+      route_experts(d_logits.get(), c.n_tokens, c.n_expert, c.k, renormalize, d_ids.get(), d_weights.get(), nullptr);
+      const auto ids = from_device(d_ids);
+      const auto weights = from_device(d_weights);
+      int bad = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const bool ok = ids[i] == want[i].expert && std::fabs(weights[i] - want[i].weight) <= 1e-6f + 1e-5f * want[i].weight;
+        if (!ok && ++bad <= 5) {
+          ADD_FAILURE() << "token " << i / c.k << " slot " << i % c.k << ": GPU expert " << ids[i] << " weight "
+                        << weights[i] << ", CPU expert " << want[i].expert << " weight " << want[i].weight;
+        }
+      }
+      EXPECT_EQ(bad, 0);
     }
-    EXPECT_EQ(bad, 0);
   }
 }
 
 TEST(MoeCuda, RoutingRefusesBadArguments) {
-  EXPECT_THROW(route_experts(nullptr, 1, 0, 1, nullptr, nullptr, nullptr), Error);
-  EXPECT_THROW(route_experts(nullptr, 1, kMaxExperts + 1, 1, nullptr, nullptr, nullptr), Error);
-  EXPECT_THROW(route_experts(nullptr, 1, 8, 9, nullptr, nullptr, nullptr), Error);
-  EXPECT_THROW(route_and_group(nullptr, 1, 8, 9, 1, 8, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(route_experts(nullptr, 1, 0, 1, true, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(route_experts(nullptr, 1, kMaxExperts + 1, 1, true, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(route_experts(nullptr, 1, 8, 9, true, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(route_and_group(nullptr, 1, 8, 9, true, 1, 8, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+               Error);
   EXPECT_THROW(group_by_expert(nullptr, 8, kMaxExperts + 1, 1, 1, 8, nullptr, nullptr, nullptr, nullptr), Error);
   DeviceWeight w{test::TensorType::F32, 32, 64, 128, nullptr};
   // Items of two tokens cannot read x by token; 64 rows are not 3 experts.
@@ -157,7 +160,8 @@ TEST(MoeCuda, NoRoutingMakesMoreItemsThanTheGridHas) {
 // With logits, the routing runs first (route_and_group: one fused block
 // up to kMaxFusedRouteTokens tokens) and `ids` is the CPU's routing of them.
 void expect_grouping(const std::vector<int32_t>& ids, int k, int n_expert, int item_tokens,
-                     const std::vector<float>* logits = nullptr) {
+                     const std::vector<float>* logits = nullptr, bool renormalize = true,
+                     const std::vector<float>* weights = nullptr) {
   const int n_slots = static_cast<int>(ids.size());
   const int n_tokens = n_slots / k;
   const int n_items = max_expert_items(n_tokens, k, n_expert, item_tokens) + 3;  // spare items must be marked empty
@@ -170,9 +174,11 @@ void expect_grouping(const std::vector<int32_t>& ids, int k, int n_expert, int i
     DeviceBuffer<float> d_logits(logits->size()), d_weights(ids.size());
     to_device(d_logits, *logits);
     poison(d_ids);
-    route_and_group(d_logits.get(), n_tokens, n_expert, k, item_tokens, n_items, d_ids.get(), d_weights.get(),
-                    d_sorted.get(), d_rows.get(), d_items.get(), nullptr);
+    poison(d_weights);
+    route_and_group(d_logits.get(), n_tokens, n_expert, k, renormalize, item_tokens, n_items, d_ids.get(),
+                    d_weights.get(), d_sorted.get(), d_rows.get(), d_items.get(), nullptr);
     EXPECT_EQ(from_device(d_ids), ids) << "the routing";
+    if (weights != nullptr) test::expect_close(from_device(d_weights), *weights, 1e-6, 1e-5, "the routing's weights");
   } else {
     to_device(d_ids, ids);
     group_by_expert(d_ids.get(), n_slots, n_expert, k, item_tokens, n_items, d_sorted.get(), d_rows.get(),
@@ -224,26 +230,33 @@ TEST(MoeCuda, GroupingOrdersSlotsByExpertAndCutsItems) {
   }
 }
 
-// route_and_group: the fused block (up to 32 tokens) and the two kernels
-// past it route as the CPU does and group as group_by_expert promises.
+// route_and_group: the fused block (up to 32 tokens; its grouping one
+// thread per expert up to 256 slots, one warp per expert past them) and the
+// two kernels past it route as the CPU does and group as group_by_expert
+// promises.
 TEST(MoeCuda, RouteAndGroupRoutesAsTheCpuAndGroups) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
   struct Case {
     int n_tokens, n_expert, k;
   };
   for (const Case c : {Case{1, 128, 8}, Case{8, 128, 8}, Case{32, 128, 8}, Case{33, 128, 8}, Case{17, 8, 2},
-                       Case{2, 1024, 8}, Case{5, 40, 33}, Case{100, 60, 4}}) {
+                       Case{2, 1024, 8}, Case{5, 40, 33}, Case{32, 64, 16}, Case{100, 60, 4}}) {
     SCOPED_TRACE(std::to_string(c.n_tokens) + " tokens, " + std::to_string(c.n_expert) + " experts, k " +
                  std::to_string(c.k));
     const auto logits = test::random_floats(static_cast<size_t>(c.n_tokens) * c.n_expert, -4.0f, 4.0f,
                                             static_cast<uint32_t>(c.n_tokens + c.n_expert));
-    std::vector<int32_t> ids;
-    std::vector<cpu::ExpertChoice> choice(c.k);
-    for (int t = 0; t < c.n_tokens; ++t) {
-      cpu::route_experts(logits.data() + static_cast<size_t>(t) * c.n_expert, c.n_expert, c.k, true, choice.data());
-      for (const auto& ch : choice) ids.push_back(ch.expert);
+    for (const bool renormalize : {true, false}) {
+      std::vector<int32_t> ids;
+      std::vector<float> weights;
+      std::vector<cpu::ExpertChoice> choice(c.k);
+      for (int t = 0; t < c.n_tokens; ++t) {
+        cpu::route_experts(logits.data() + static_cast<size_t>(t) * c.n_expert, c.n_expert, c.k, renormalize,
+                           choice.data());
+        for (const auto& ch : choice) ids.push_back(ch.expert), weights.push_back(ch.weight);
+      }
+      expect_grouping(ids, c.k, c.n_expert, expert_item_tokens(c.n_tokens, c.k, c.n_expert), &logits, renormalize,
+                      &weights);
     }
-    expect_grouping(ids, c.k, c.n_expert, expert_item_tokens(c.n_tokens, c.k, c.n_expert), &logits);
   }
 }
 
@@ -341,9 +354,14 @@ TEST(MoeCuda, GroupedProductsOfOddShapesTakeTheScalarKernel) {
   expect_grouped_product(test::TensorType::F32, 24, 40, 6, 5, 3, pool, true);
 }
 
-TEST(MoeCuda, CombineAddsTheWeightedSlotsToTheResidual) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
-  const int n_tokens = 37, k = 3, n_embd = 72, n_slots = n_tokens * k;
+// combine_experts for n_tokens tokens of k slots: plain, into the residual,
+// with a shared expert, and with the next layer's norm.
+void check_combine(int n_tokens, int k, int n_embd) {
+  SCOPED_TRACE(std::to_string(n_tokens) + " tokens, k " + std::to_string(k));
+  const int n_slots = n_tokens * k;
+  // Rounding of k products summed in slot order (the GPU may fuse a product
+  // into its add): a unit of FP32 rounding per slot of sums of a few units.
+  const double tol = 1e-6 * std::max(1, k / 3);
   const auto out = test::random_floats(static_cast<size_t>(n_slots) * n_embd, -2.0f, 2.0f, 1);
   const auto weights = test::random_floats(n_slots, 0.05f, 1.0f, 2);
   const auto residual = test::random_floats(static_cast<size_t>(n_tokens) * n_embd, -1.0f, 1.0f, 3);
@@ -365,11 +383,56 @@ TEST(MoeCuda, CombineAddsTheWeightedSlotsToTheResidual) {
   to_device(d_weights, weights);
   to_device(d_rows, slot_rows);
   poison(d_y);
-  combine_experts(d_out.get(), d_rows.get(), d_weights.get(), n_tokens, k, n_embd, d_y.get(), nullptr, nullptr);
-  test::expect_close(from_device(d_y), want_plain, 1e-6, 1e-6, "combine");
+  combine_experts(d_out.get(), d_rows.get(), d_weights.get(), n_tokens, k, n_embd, {}, d_y.get(), nullptr, nullptr);
+  test::expect_close(from_device(d_y), want_plain, tol, tol, "combine");
   to_device(d_y, residual);
-  combine_experts(d_out.get(), d_rows.get(), d_weights.get(), n_tokens, k, n_embd, d_y.get(), d_y.get(), nullptr);
-  test::expect_close(from_device(d_y), want, 1e-6, 1e-6, "combine into the residual");
+  combine_experts(d_out.get(), d_rows.get(), d_weights.get(), n_tokens, k, n_embd, {}, d_y.get(), d_y.get(), nullptr);
+  test::expect_close(from_device(d_y), want, tol, tol, "combine into the residual");
+
+  // A shared expert's output (qwen2moe), gated by sigmoid of its logit.
+  const auto shared_out = test::random_floats(residual.size(), -2.0f, 2.0f, 7);
+  const auto gate_logit = test::random_floats(n_tokens, -3.0f, 3.0f, 8);
+  std::vector<float> want_shared(residual.size());
+  for (int t = 0; t < n_tokens; ++t) {
+    const float scale = 1.0f / (1.0f + std::exp(-gate_logit[t]));
+    for (int j = 0; j < n_embd; ++j) {
+      want_shared[t * n_embd + j] = residual[t * n_embd + j] + (want_plain[t * n_embd + j] + shared_out[t * n_embd + j] * scale);
+    }
+  }
+  DeviceBuffer<float> d_shared(shared_out.size()), d_logit(gate_logit.size());
+  to_device(d_shared, shared_out);
+  to_device(d_logit, gate_logit);
+  to_device(d_y, residual);
+  combine_experts(d_out.get(), d_rows.get(), d_weights.get(), n_tokens, k, n_embd, {d_shared.get(), d_logit.get()},
+                  d_y.get(), d_y.get(), nullptr);
+  test::expect_close(from_device(d_y), want_shared, tol, tol, "combine with a shared expert");
+  EXPECT_THROW(combine_experts(d_out.get(), d_rows.get(), d_weights.get(), n_tokens, k, n_embd, {d_shared.get(), nullptr},
+                               d_y.get(), nullptr, nullptr),
+               Error);
+
+  // With the next layer's norm (one block a token): y as above, and
+  // rms_norm(y) * weight, against cpu::rms_norm of the CPU's y.
+  const float eps = 1e-6f;
+  const auto norm_w = test::random_floats(n_embd, 0.5f, 1.5f, 9);
+  std::vector<float> want_norm(residual.size());
+  for (int t = 0; t < n_tokens; ++t) {
+    cpu::rms_norm(want_shared.data() + t * n_embd, norm_w.data(), want_norm.data() + t * n_embd, n_embd, eps);
+  }
+  DeviceBuffer<float> d_norm_w(norm_w.size()), d_next(residual.size());
+  to_device(d_norm_w, norm_w);
+  to_device(d_y, residual);
+  poison(d_next);
+  combine_experts(d_out.get(), d_rows.get(), d_weights.get(), n_tokens, k, n_embd, {d_shared.get(), d_logit.get()},
+                  d_y.get(), d_y.get(), nullptr, NextNorm{d_norm_w.get(), d_next.get()}, eps);
+  test::expect_close(from_device(d_y), want_shared, tol, tol, "combine, then the next norm: y");
+  test::expect_close(from_device(d_next), want_norm, 1e-5, tol, "combine, then the next norm: its output");
+}
+
+TEST(MoeCuda, CombineAddsTheWeightedSlotsToTheResidual) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
+  check_combine(37, 3, 72);
+  check_combine(1, 8, 2048);  // a Qwen3-30B-A3B decode step
+  check_combine(2, 70, 72);   // more slots than the fused norm keeps: the norm on its own
 }
 
 TEST(MoeCuda, GatherCopiesEachSlotsTokenRow) {
