@@ -430,20 +430,25 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
       add_biases(biases, 3, n, stream_);
       stage_timer_.mark(stream_, "qkv_bias");
     }
-    // Per-head norms (in place) and RoPE, Q's and K's heads in one launch.
-    // NoPE layers (smollm3) apply no RoPE.
+    // Per-head norms (in place), RoPE and the KV cache's append, Q's, K's
+    // and V's heads in one launch (kv_append where a Q8_0 block would
+    // straddle two heads). NoPE layers (smollm3) apply no RoPE.
     const model::RopeSettings rope_settings = hp.rope_for_layer(layer);
     const RopeConfig rope_cfg = rope_config(hp, rope_settings, rope_factors_);
-    const HeadRows heads[2] = {{q_, n_head, q_dim, w.q_norm}, {k_, n_head_kv, kv_dim, w.k_norm}};
-    norm_and_rope_heads(heads, 2, n, head_dim, hp.rms_eps, positions_, rope_settings.enabled ? &rope_cfg : nullptr,
-                        stream_);
-    stage_timer_.mark(stream_, "qk_norm_rope");
+    const KvLayer& cache = kv_layers_[l];
+    const bool store = heads_can_store(cache, head_dim);
+    const HeadRows heads[3] = {
+        {q_, n_head, q_dim, w.q_norm},
+        {k_, n_head_kv, kv_dim, w.k_norm, true, store ? HeadCache::K : HeadCache::None},
+        {v_, n_head_kv, kv_dim, nullptr, false, store ? HeadCache::V : HeadCache::None}};
+    norm_and_rope_heads(heads, store ? 3 : 2, n, head_dim, hp.rms_eps, positions_,
+                        rope_settings.enabled ? &rope_cfg : nullptr, stream_, HeadStore{&cache, seq_ids_});
+    if (!store) kv_append(cache, k_, v_, seq_ids_, positions_, n, stream_);
+    stage_timer_.mark(stream_, "qk_norm_rope_kv");
     if (hp.attn_temperature_scale != 0.0f) {
       attention_temperature(q_, n, q_dim, positions_, hp.attn_temperature_scale, hp.attn_temperature_length, stream_);
       stage_timer_.mark(stream_, "q_temperature");
     }
-    kv_append(kv_layers_[l], k_, v_, seq_ids_, positions_, n, stream_);
-    stage_timer_.mark(stream_, "kv_append");
     const AttentionShape shape{n_head, n_head_kv, head_dim, hp.attention_scale, hp.attn_softcap,
                                static_cast<int>(hp.window_of_layer(layer))};
     // The leading tokens that are each their sequence's only one go through

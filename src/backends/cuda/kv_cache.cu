@@ -18,6 +18,7 @@
 #include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/kv_blocks.h"
+#include "backends/cuda/kv_store.cuh"
 #include "backends/cuda/layer_kernels.h"
 #include "common/error.h"
 #include "quant/blocks.h"
@@ -31,36 +32,28 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;
 
 struct AppendArgs {
-  void* k_cache;  // FP16 bits, or quant::BlockQ8_0 blocks for kv_append_q8_0_kernel
-  void* v_cache;
+  KvLayer cache;  // FP16 bits, or quant::BlockQ8_0 blocks for kv_append_q8_0_kernel
   const float* k;
   const float* v;
   const int32_t* seq_ids;
   const int32_t* positions;
-  const int32_t* block_tables;
-  int max_blocks;
   int n_tokens;
-  int n_ctx;
-  int kv_dim;
 };
 
-// kWidth values per thread: 4 (float4 loads, 8-byte stores) or 1.
-// A token whose position lies outside 0..n_ctx-1 is skipped rather than
-// written out of bounds (the engine never sends one).
+// kWidth values per thread: 4 (float4 loads, 8-byte stores) or 1. Tokens
+// kv_store_row refuses are skipped.
 template <int kWidth>
 __global__ void __launch_bounds__(kThreads) kv_append_kernel(AppendArgs a) {
-  const int groups_per_token = a.kv_dim / kWidth;
+  const int groups_per_token = a.cache.kv_dim / kWidth;
   const int64_t total = static_cast<int64_t>(a.n_tokens) * groups_per_token;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; item < total; item += stride) {
     const int64_t t = item / groups_per_token;
     const int d = static_cast<int>(item % groups_per_token) * kWidth;
-    const int32_t pos = __ldg(a.positions + t);
-    const int32_t seq = __ldg(a.seq_ids + t);
-    if (pos < 0 || pos >= a.n_ctx || seq < 0) continue;
-    const int64_t row = backend::kv_row(a.block_tables + static_cast<int64_t>(seq) * a.max_blocks, pos);
-    const int64_t dst = row * a.kv_dim + d;
-    const int64_t src = t * a.kv_dim + d;
+    const int64_t row = kv_store_row(a.cache, __ldg(a.seq_ids + t), __ldg(a.positions + t));
+    if (row < 0) continue;
+    const int64_t dst = row * a.cache.kv_dim + d;
+    const int64_t src = t * a.cache.kv_dim + d;
     if constexpr (kWidth == 4) {
       const float4 kf = __ldg(reinterpret_cast<const float4*>(a.k + src));
       const float4 vf = __ldg(reinterpret_cast<const float4*>(a.v + src));
@@ -68,52 +61,30 @@ __global__ void __launch_bounds__(kThreads) kv_append_kernel(AppendArgs a) {
         return static_cast<uint32_t>(quant::float_to_half(lo)) |
                (static_cast<uint32_t>(quant::float_to_half(hi)) << 16);
       };
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(a.k_cache) + dst) = make_uint2(pack(kf.x, kf.y), pack(kf.z, kf.w));
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(a.v_cache) + dst) = make_uint2(pack(vf.x, vf.y), pack(vf.z, vf.w));
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(a.cache.k) + dst) = make_uint2(pack(kf.x, kf.y), pack(kf.z, kf.w));
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(a.cache.v) + dst) = make_uint2(pack(vf.x, vf.y), pack(vf.z, vf.w));
     } else {
-      static_cast<uint16_t*>(a.k_cache)[dst] = quant::float_to_half(__ldg(a.k + src));
-      static_cast<uint16_t*>(a.v_cache)[dst] = quant::float_to_half(__ldg(a.v + src));
+      static_cast<uint16_t*>(a.cache.k)[dst] = quant::float_to_half(__ldg(a.k + src));
+      static_cast<uint16_t*>(a.cache.v)[dst] = quant::float_to_half(__ldg(a.v + src));
     }
   }
-}
-
-// 32 values of one row into one Q8_0 block, in registers, then stored as
-// 17 16-bit words (a block is 34 bytes: only 2-byte aligned).
-__device__ __forceinline__ void quantize_into(const float* src, quant::BlockQ8_0* dst) {
-  float x[32];
-#pragma unroll
-  for (int j = 0; j < 32; ++j) x[j] = __ldg(src + j);
-  quant::BlockQ8_0 block;
-  quant::quantize_block_q8_0(x, block);
-  uint16_t words[17];
-  words[0] = block.d;
-#pragma unroll
-  for (int w = 0; w < 16; ++w) {
-    words[w + 1] = static_cast<uint16_t>(static_cast<uint8_t>(block.qs[2 * w]) |
-                                         (static_cast<uint16_t>(static_cast<uint8_t>(block.qs[2 * w + 1])) << 8));
-  }
-  auto* out = reinterpret_cast<uint16_t*>(dst);
-#pragma unroll
-  for (int w = 0; w < 17; ++w) out[w] = words[w];
 }
 
 // One thread per (token, 32-value block): K's block and V's.
 __global__ void __launch_bounds__(kThreads) kv_append_q8_0_kernel(AppendArgs a) {
   constexpr int kValues = quant::BlockQ8_0::kValues;
-  const int blocks_per_row = a.kv_dim / kValues;
+  const int blocks_per_row = a.cache.kv_dim / kValues;
   const int64_t total = static_cast<int64_t>(a.n_tokens) * blocks_per_row;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; item < total; item += stride) {
     const int64_t t = item / blocks_per_row;
     const int b = static_cast<int>(item % blocks_per_row);
-    const int32_t pos = __ldg(a.positions + t);
-    const int32_t seq = __ldg(a.seq_ids + t);
-    if (pos < 0 || pos >= a.n_ctx || seq < 0) continue;
-    const int64_t row = backend::kv_row(a.block_tables + static_cast<int64_t>(seq) * a.max_blocks, pos);
+    const int64_t row = kv_store_row(a.cache, __ldg(a.seq_ids + t), __ldg(a.positions + t));
+    if (row < 0) continue;
     const int64_t dst = row * blocks_per_row + b;
-    const int64_t src = t * a.kv_dim + static_cast<int64_t>(b) * kValues;
-    quantize_into(a.k + src, static_cast<quant::BlockQ8_0*>(a.k_cache) + dst);
-    quantize_into(a.v + src, static_cast<quant::BlockQ8_0*>(a.v_cache) + dst);
+    const int64_t src = t * a.cache.kv_dim + static_cast<int64_t>(b) * kValues;
+    quantize_into(a.k + src, static_cast<quant::BlockQ8_0*>(a.cache.k) + dst);
+    quantize_into(a.v + src, static_cast<quant::BlockQ8_0*>(a.cache.v) + dst);
   }
 }
 
@@ -135,8 +106,7 @@ void kv_append(const KvLayer& cache, const float* k, const float* v, const int32
                 std::to_string(cache.max_blocks) + ")");
   }
   if (n_tokens == 0) return;
-  AppendArgs a{cache.k,        cache.v,          k,        v,           seq_ids,     positions,
-               cache.block_tables, cache.max_blocks, n_tokens, cache.n_ctx, cache.kv_dim};
+  const AppendArgs a{cache, k, v, seq_ids, positions, n_tokens};
   if (cache.type == KvFormat::Q8_0) {
     const int64_t items = static_cast<int64_t>(n_tokens) * (cache.kv_dim / quant::BlockQ8_0::kValues);
     const int blocks = static_cast<int>(std::min((items + kThreads - 1) / kThreads, kMaxBlocks));

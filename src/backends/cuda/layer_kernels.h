@@ -45,21 +45,6 @@ struct RopeConfig {
 void rope(float* x, int n_tokens, int n_heads, int row_stride, const int32_t* positions, const RopeConfig& config,
           cudaStream_t stream);
 
-// Q's and K's heads between their products and the attention, in one
-// launch: for each set of rows (token t's heads at x + t * row_stride), each
-// head's RMS norm over head_dim values times `norm` where given (qwen3,
-// gemma3), then RoPE where `rope` is given (a head's values past n_rot
-// are normalized, not rotated). CPU twins: cpu::rms_norm per head, then cpu::rope.
-struct HeadRows {
-  float* x = nullptr;
-  int n_heads = 0;
-  int row_stride = 0;
-  const float* norm = nullptr;  // head_dim weights, or null: no norm
-};
-inline constexpr int kMaxHeadRows = 2;
-void norm_and_rope_heads(const HeadRows* rows, int n_rows, int n_tokens, int head_dim, float eps,
-                         const int32_t* positions, const RopeConfig* rope, cudaStream_t stream);
-
 // Q x the attention temperature of its token's position (mistral3, Llama 4):
 // 1 + scale * ln(floor(positions[t] / length) + 1), in double as the host
 // computes it, for n_tokens rows of row_len values. CPU twin:
@@ -162,6 +147,36 @@ inline uint64_t kv_row_bytes(KvFormat type, int kv_dim) {
 // the pool row of (seq_ids[t], positions[t]). CPU twin: cpu::KvCache::store.
 void kv_append(const KvLayer& cache, const float* k, const float* v, const int32_t* seq_ids,
                const int32_t* positions, int n_tokens, cudaStream_t stream);
+
+// Q's, K's and V's heads between their products and the attention, in one
+// launch: for each set of rows (token t's heads at x + t * row_stride), each
+// head's RMS norm over head_dim values times `norm` where given (qwen3,
+// gemma3), then RoPE where `rope` is given and the set is `rotated` (a
+// head's values past n_rot are normalized, not rotated), then, where `cache`
+// names K or V, the head stored into that half of the KV cache at the pool
+// row of (seq_ids[t], positions[t]), as kv_append stores it. CPU twins:
+// cpu::rms_norm per head, cpu::rope, cpu::KvCache::store.
+enum class HeadCache { None, K, V };
+struct HeadRows {
+  float* x = nullptr;
+  int n_heads = 0;
+  int row_stride = 0;
+  const float* norm = nullptr;  // head_dim weights, or null: no norm
+  bool rotated = true;
+  HeadCache cache = HeadCache::None;
+};
+inline constexpr int kMaxHeadRows = 3;
+// The KV cache the head sets store into (cache null: none name it).
+struct HeadStore {
+  const KvLayer* cache = nullptr;
+  const int32_t* seq_ids = nullptr;
+};
+void norm_and_rope_heads(const HeadRows* rows, int n_rows, int n_tokens, int head_dim, float eps,
+                         const int32_t* positions, const RopeConfig* rope, cudaStream_t stream,
+                         const HeadStore& store = {});
+// Whether the heads kernel can store heads of head_dim values into `cache`
+// (a Q8_0 block must not straddle two heads); else kv_append stores them.
+bool heads_can_store(const KvLayer& cache, int head_dim);
 
 struct AttentionShape {
   int n_head = 0;

@@ -100,18 +100,19 @@ bool slots_fit_shared(size_t other_bytes, int n_slots) {
 // Copies the slots' experts to `staged` (the block's shared memory) where
 // given, and returns what the grouping then reads. `ids` may have been
 // written by this block (visible after its barrier).
-__device__ const int32_t* stage_slot_experts(const int32_t* ids, int n_slots, int32_t* staged) {
-  if (staged == nullptr) return ids;
-  for (int s = static_cast<int>(threadIdx.x); s < n_slots; s += static_cast<int>(blockDim.x)) staged[s] = ids[s];
+__device__ __forceinline__ const int32_t* stage_slot_experts(const int32_t* ids, int n_slots, int32_t* staged) {
+  if (staged != nullptr) {
+    for (int s = static_cast<int>(threadIdx.x); s < n_slots; s += static_cast<int>(blockDim.x)) staged[s] = ids[s];
+  }
   __syncthreads();
-  return staged;
+  return staged != nullptr ? staged : ids;
 }
 
 // The first warp turns the experts' slot counts into each expert's first
 // sorted row and first work item (first_item[n_expert]: the step's items):
 // a chunk of experts per lane, then a shuffle scan. The block's barrier
 // follows.
-__device__ void scan_expert_counts(const int* count, int n_expert, int item_tokens, int* first_row, int* first_item) {
+__device__ __forceinline__ void scan_expert_counts(const int* count, int n_expert, int item_tokens, int* first_row, int* first_item) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   if (threadIdx.x >= kWarpSize) return;
   const int chunk = (n_expert + kWarpSize - 1) / kWarpSize;
@@ -136,7 +137,7 @@ __device__ void scan_expert_counts(const int* count, int n_expert, int item_toke
 }
 
 // Marks the grid's items past the step's last (first_item[n_expert]) empty.
-__device__ void mark_spare_items(const int* first_item, int n_expert, int n_items, ExpertItem* __restrict__ items) {
+__device__ __forceinline__ void mark_spare_items(const int* first_item, int n_expert, int n_items, ExpertItem* __restrict__ items) {
   for (int i = first_item[n_expert] + static_cast<int>(threadIdx.x); i < n_items; i += static_cast<int>(blockDim.x)) {
     items[i] = ExpertItem{-1, 0, 0, 0};
   }
@@ -159,6 +160,9 @@ __device__ void group_slots(const int32_t* ids, int n_slots, int n_expert, int k
 
   for (int e = warp; e < n_expert; e += n_warps) {
     int c = 0;
+    // Not unrolled: unrolled, the loops made ptxas outline an integer
+    // division and spill around its call on sm_52.
+#pragma unroll 1
     for (int base = 0; base < n_slots; base += kWarpSize) {
       const int s = base + lane;
       c += __popc(__ballot_sync(kFullWarpMask, s < n_slots && ids[s] == e));
@@ -170,6 +174,7 @@ __device__ void group_slots(const int32_t* ids, int n_slots, int n_expert, int k
   __syncthreads();
   for (int e = warp; e < n_expert; e += n_warps) {
     int placed = first_row[e];
+#pragma unroll 1
     for (int base = 0; base < n_slots; base += kWarpSize) {
       const int s = base + lane;
       const bool mine = s < n_slots && ids[s] == e;

@@ -18,15 +18,16 @@
 //
 // The same launch also applies the per-head RMS norms that come before RoPE
 // (qwen3, gemma3: Q's and K's heads each normalized over head_dim values),
-// and takes Q's and K's heads together: one small kernel a layer where there
-// were up to four (two norms, two rotations), each a few microseconds of a
-// decode step's critical path.
+// takes Q's and K's heads together and stores K's and V's heads into the KV
+// cache: one small kernel a layer where there were up to five (two norms,
+// two rotations, the cache append), each a few microseconds of a decode
+// step's critical path.
 //
-// Grid: x = token, y = a slice of kHeadWarps heads (Q's, then K's). Each
+// Grid: x = token, y = a slice of kHeadWarps heads (Q's, K's, V's). Each
 // block first fills a shared table of cos/sin for its token's position
 // (thread i runs the i multiplications of pair i: at most n_rot/2 dependent
 // products); then each warp takes one head: its norm (the head in shared
-// memory, a warp sum of squares), then its pairs.
+// memory, a warp sum of squares), its pairs, then its store into the cache.
 //
 // Also here, the other thing a token's position does to Q: the attention
 // temperature (mistral3), Q x 1 + scale * ln(floor(p / length) + 1) after
@@ -37,6 +38,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kv_store.cuh"
 #include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/warp_reduce.cuh"
 #include "common/error.h"
@@ -54,6 +56,8 @@ struct HeadsArgs {
   HeadRows rows[kMaxHeadRows];
   int n_rows;
   const int32_t* positions;
+  KvLayer cache;  // where a set names K or V
+  const int32_t* seq_ids;
   int head_dim;
   float eps;
   bool rope;  // the fields below apply
@@ -99,16 +103,27 @@ __global__ void __launch_bounds__(kHeadThreads) heads_kernel(HeadsArgs a) {
 
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  // Q's heads, then K's. Chosen without indexing the parameter array by a
-  // runtime value, which would copy it to local memory.
-  static_assert(kMaxHeadRows == 2, "the head lookup below takes two row sets");
+  // The warp's head: the sets' heads one after the other. The unrolled loop
+  // indexes the parameter array by constants only (a runtime index would
+  // copy it to local memory).
   int h = static_cast<int>(blockIdx.y) * kHeadWarps + warp;
-  const bool second = h >= a.rows[0].n_heads;
-  if (second) h -= a.rows[0].n_heads;
-  if (second && (a.n_rows < 2 || h >= a.rows[1].n_heads)) return;  // past the last head; no barrier follows
-  const HeadRows rows = second ? a.rows[1] : a.rows[0];
+  HeadRows rows{};
+  bool found = false;
+#pragma unroll
+  for (int r = 0; r < kMaxHeadRows; ++r) {
+    if (!found && r < a.n_rows) {
+      if (h < a.rows[r].n_heads) {
+        rows = a.rows[r];
+        found = true;
+      } else {
+        h -= a.rows[r].n_heads;
+      }
+    }
+  }
+  if (!found) return;  // past the last head; no barrier follows
   float* head = rows.x + t * rows.row_stride + static_cast<int64_t>(h) * a.head_dim;
-  const int n_rot = a.rope ? 2 * a.pairs : 0;
+  const bool rotate = a.rope && rows.rotated;
+  const int n_rot = rotate ? 2 * a.pairs : 0;
 
   float* normed = shared + 2 * a.pairs + warp * a.head_dim;
   if (rows.norm != nullptr) {
@@ -126,7 +141,7 @@ __global__ void __launch_bounds__(kHeadThreads) heads_kernel(HeadsArgs a) {
     for (int i = n_rot + lane; i < a.head_dim; i += kWarpSize) head[i] = normed[i];  // not rotated
   }
   const float* in = rows.norm != nullptr ? normed : head;
-  for (int i = lane; i < a.pairs && a.rope; i += kWarpSize) {
+  for (int i = lane; i < a.pairs && rotate; i += kWarpSize) {
     const int ia = a.neox ? i : 2 * i;
     const int ib = a.neox ? i + a.pairs : 2 * i + 1;
     const float x0 = in[ia];
@@ -135,6 +150,22 @@ __global__ void __launch_bounds__(kHeadThreads) heads_kernel(HeadsArgs a) {
     const float s = sin_t[i];
     head[ia] = __fmul_rn(x0, c) - __fmul_rn(x1, s);
     head[ib] = __fmul_rn(x0, s) + __fmul_rn(x1, c);
+  }
+  if (rows.cache == HeadCache::None) return;
+
+  // The head as it now is (other lanes wrote parts of it) into the cache.
+  __syncwarp();
+  const int64_t row = kv_store_row(a.cache, __ldg(a.seq_ids + t), __ldg(a.positions + t));
+  if (row < 0) return;
+  void* half = rows.cache == HeadCache::K ? a.cache.k : a.cache.v;
+  const int64_t first = row * a.cache.kv_dim + static_cast<int64_t>(h) * a.head_dim;  // the head's first value
+  if (a.cache.type == KvFormat::Q8_0) {
+    constexpr int kValues = quant::BlockQ8_0::kValues;
+    for (int b = lane; b < a.head_dim / kValues; b += kWarpSize) {
+      quantize_into(head + b * kValues, static_cast<quant::BlockQ8_0*>(half) + first / kValues + b);
+    }
+  } else {
+    for (int i = lane; i < a.head_dim; i += kWarpSize) static_cast<uint16_t*>(half)[first + i] = quant::float_to_half(head[i]);
   }
 }
 
@@ -167,8 +198,13 @@ void attention_temperature(float* q, int n_tokens, int row_len, const int32_t* p
   M40_CUDA_CHECK_LAUNCH();
 }
 
+bool heads_can_store(const KvLayer& cache, int head_dim) {
+  return cache.type != KvFormat::Q8_0 || head_dim % quant::BlockQ8_0::kValues == 0;
+}
+
 void norm_and_rope_heads(const HeadRows* rows, int n_rows, int n_tokens, int head_dim, float eps,
-                         const int32_t* positions, const RopeConfig* rope, cudaStream_t stream) {
+                         const int32_t* positions, const RopeConfig* rope, cudaStream_t stream,
+                         const HeadStore& store) {
   if (n_rows < 1 || n_rows > kMaxHeadRows || head_dim <= 0) {
     throw Error("norm_and_rope_heads: " + std::to_string(n_rows) + " row sets (1 to " + std::to_string(kMaxHeadRows) +
                 ") of heads of " + std::to_string(head_dim));
@@ -179,24 +215,40 @@ void norm_and_rope_heads(const HeadRows* rows, int n_rows, int n_tokens, int hea
   }
   HeadsArgs a{};
   int total_heads = 0;
-  bool any_norm = false;
+  bool any_norm = false, any_store = false;
   for (int r = 0; r < n_rows; ++r) {
     const HeadRows& h = rows[r];
     if (n_tokens < 0 || h.n_heads < 0 || h.row_stride < static_cast<int64_t>(h.n_heads) * head_dim) {
       throw Error("rope: " + std::to_string(h.n_heads) + " heads of " + std::to_string(head_dim) +
                   " do not fit a row stride of " + std::to_string(h.row_stride));
     }
+    if (h.cache != HeadCache::None) {
+      if (store.cache == nullptr || store.seq_ids == nullptr) {
+        throw Error("norm_and_rope_heads: a set stores into the KV cache, but no cache is given");
+      }
+      if (store.cache->kv_dim != h.n_heads * head_dim || !heads_can_store(*store.cache, head_dim) ||
+          store.cache->block_tables == nullptr || store.cache->max_blocks < backend::kv_blocks_for(store.cache->n_ctx)) {
+        throw Error("norm_and_rope_heads: " + std::to_string(h.n_heads) + " heads of " + std::to_string(head_dim) +
+                    " do not fill the cache's rows of " + std::to_string(store.cache->kv_dim) +
+                    " (or a Q8_0 block would straddle two heads, or the block tables are short)");
+      }
+    }
     a.rows[r] = h;
     total_heads += h.n_heads;
     any_norm = any_norm || h.norm != nullptr;
+    any_store = any_store || h.cache != HeadCache::None;
   }
   if (any_norm && head_dim > kMaxNormedHeadDim) {
     throw Error("norm_and_rope_heads: per-head norms of up to " + std::to_string(kMaxNormedHeadDim) + " values, not " +
                 std::to_string(head_dim));
   }
-  if (n_tokens == 0 || total_heads == 0 || (!any_norm && rope == nullptr)) return;
+  if (n_tokens == 0 || total_heads == 0 || (!any_norm && rope == nullptr && !any_store)) return;
   a.n_rows = n_rows;
   a.positions = positions;
+  if (any_store) {
+    a.cache = *store.cache;
+    a.seq_ids = store.seq_ids;
+  }
   a.head_dim = head_dim;
   a.eps = eps;
   a.rope = rope != nullptr;

@@ -298,6 +298,9 @@ struct HeadsCase {
   int n_head, n_head_kv;
   bool q_norm, k_norm, rope;
   int q_tail = 0;  // values after Q's heads in its row
+  // K's and V's heads also stored into a paged KV cache of this type (F32:
+  // not stored).
+  backend::KvType store = backend::KvType::F32;
 };
 
 void check_norm_and_rope_heads(cudaStream_t stream, const HeadsCase& c) {
@@ -345,13 +348,73 @@ void check_norm_and_rope_heads(cudaStream_t stream, const HeadsCase& c) {
   config.n_rot = c.n_rot;
   config.freq_base = p.freq_base;
   config.neox = c.neox;
-  const HeadRows rows[2] = {{d_q.get(), c.n_head, q_stride, c.q_norm ? d_qw.get() : nullptr},
-                            {d_k.get(), c.n_head_kv, k_stride, c.k_norm ? d_kw.get() : nullptr}};
-  norm_and_rope_heads(rows, 2, n_tokens, c.head_dim, eps, d_pos.get(), c.rope ? &config : nullptr, stream);
+  const bool store = c.store != backend::KvType::F32;
+  const HeadCache k_store = store ? HeadCache::K : HeadCache::None;
+  const HeadCache v_store = store ? HeadCache::V : HeadCache::None;
+  // V: stored as it is (never normalized or rotated).
+  const auto v = random_floats(k.size(), -2.0f, 2.0f, 25);
+  DeviceBuffer<float> d_v(v.size());
+  to_device(d_v, v);
+  const HeadRows rows[3] = {{d_q.get(), c.n_head, q_stride, c.q_norm ? d_qw.get() : nullptr},
+                            {d_k.get(), c.n_head_kv, k_stride, c.k_norm ? d_kw.get() : nullptr, true, k_store},
+                            {d_v.get(), c.n_head_kv, k_stride, nullptr, false, v_store}};
+
+  // The paged cache: one sequence over a 32k context, its blocks spread
+  // over a pool of one block per position sent plus 2 spare (their rows, and
+  // every row not sent, keep their poison); a token of no sequence is sent
+  // too and must be skipped.
+  const int n_ctx = 32768;
+  const int max_blocks = backend::kv_blocks_for(n_ctx);
+  const int n_pool = n_tokens + 2;
+  std::vector<int32_t> table(static_cast<size_t>(max_blocks), 0);
+  for (int t = 0; t < n_tokens; ++t) table[static_cast<size_t>(positions[static_cast<size_t>(t)] / backend::kKvBlockSize)] = (t * 5 + 3) % n_pool;
+  std::vector<int32_t> seq_ids(static_cast<size_t>(n_tokens), 0);
+  seq_ids.back() = -1;
+  const KvFormat format = c.store == backend::KvType::Q8_0 ? KvFormat::Q8_0 : KvFormat::F16;
+  const size_t row_bytes = kv_row_bytes(format, k_stride);
+  const size_t pool_rows = static_cast<size_t>(n_pool) * backend::kKvBlockSize;
+  DeviceBuffer<uint8_t> d_k_cache(pool_rows * row_bytes), d_v_cache(pool_rows * row_bytes);
+  DeviceBuffer<int32_t> d_table(table.size()), d_seq(seq_ids.size());
+  poison(d_k_cache);
+  poison(d_v_cache);
+  to_device(d_table, table);
+  to_device(d_seq, seq_ids);
+  const KvLayer layer{d_k_cache.get(), d_v_cache.get(), n_ctx, k_stride, d_table.get(), max_blocks, format};
+
+  norm_and_rope_heads(rows, store ? 3 : 2, n_tokens, c.head_dim, eps, d_pos.get(), c.rope ? &config : nullptr, stream,
+                      HeadStore{&layer, d_seq.get()});
   // Normalized values are a few units: their rounding (the GPU sums the
   // squares in another order) and RoPE's few-ulp angles at 32k positions.
+  const auto gpu_k = from_device(d_k);
   expect_close(from_device(d_q), want_q, 1e-5, 1e-5, "Q");
-  expect_close(from_device(d_k), want_k, 1e-5, 1e-5, "K");
+  expect_close(gpu_k, want_k, 1e-5, 1e-5, "K");
+  EXPECT_EQ(from_device(d_v), v) << "V is left as it is";
+  if (!store) return;
+
+  // The cache holds the CPU's conversion of the heads as the GPU left them
+  // (K checked just above), at each token's pool row; nothing else.
+  cpu::KvCache want(1, n_pool, k_stride, c.store);
+  std::vector<bool> stored(pool_rows, false);
+  for (int t = 0; t + 1 < n_tokens; ++t) {
+    const int64_t row = backend::kv_row(table.data(), positions[static_cast<size_t>(t)]);
+    want.store(0, row, gpu_k.data() + static_cast<int64_t>(t) * k_stride, v.data() + static_cast<int64_t>(t) * k_stride);
+    stored[static_cast<size_t>(row)] = true;
+  }
+  const auto cache_k = from_device(d_k_cache);
+  const auto cache_v = from_device(d_v_cache);
+  int64_t mismatches = 0;
+  for (size_t row = 0; row < pool_rows; ++row) {
+    for (size_t b = 0; b < row_bytes; ++b) {
+      const size_t i = row * row_bytes + b;
+      const int want_kb = stored[row] ? want.key_bytes(0)[i] : 0xff;
+      const int want_vb = stored[row] ? want.value_bytes(0)[i] : 0xff;
+      if ((cache_k[i] != want_kb || cache_v[i] != want_vb) && ++mismatches <= 5) {
+        ADD_FAILURE() << "pool row " << row << " byte " << b << ": GPU " << int{cache_k[i]} << "/" << int{cache_v[i]}
+                      << ", expected " << want_kb << "/" << want_vb;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
 }
 
 TEST_F(LayerKernels, NormAndRopeOfHeadsMatchTheCpu) {
@@ -362,14 +425,31 @@ TEST_F(LayerKernels, NormAndRopeOfHeadsMatchTheCpu) {
   check_norm_and_rope_heads(stream_, {64, 64, true, 9, 3, true, false, true});   // Q norm only, 12 heads: 2 blocks
   check_norm_and_rope_heads(stream_, {128, 128, true, 16, 8, true, true, false});  // a NoPE layer with norms
   check_norm_and_rope_heads(stream_, {4, 4, false, 2, 2, true, true, true});
+  // K and V stored into the cache as well.
+  check_norm_and_rope_heads(stream_, {128, 128, true, 32, 4, true, true, true, 0, backend::KvType::F16});
+  check_norm_and_rope_heads(stream_, {128, 128, true, 32, 4, true, true, true, 0, backend::KvType::Q8_0});
+  check_norm_and_rope_heads(stream_, {64, 32, false, 4, 2, false, false, true, 2 * 2 * 64, backend::KvType::Q8_0});
+  check_norm_and_rope_heads(stream_, {16, 16, false, 8, 4, false, false, true, 0, backend::KvType::F16});
+  check_norm_and_rope_heads(stream_, {128, 128, false, 16, 8, true, true, false, 0, backend::KvType::F16});
 }
 
 TEST(LayerKernelArguments, NormAndRopeOfHeadsRejectBadShapes) {
-  const HeadRows rows[3] = {{nullptr, 2, 128, nullptr}, {nullptr, 1, 64, nullptr}, {nullptr, 1, 64, nullptr}};
-  EXPECT_THROW(norm_and_rope_heads(rows, 3, 1, 64, 1e-6f, nullptr, nullptr, nullptr), Error);  // three row sets
+  const HeadRows rows[kMaxHeadRows + 1] = {{nullptr, 2, 128, nullptr}, {nullptr, 1, 64, nullptr}};
+  EXPECT_THROW(norm_and_rope_heads(rows, kMaxHeadRows + 1, 1, 64, 1e-6f, nullptr, nullptr, nullptr), Error);
   EXPECT_THROW(norm_and_rope_heads(rows, 2, 1, 96, 1e-6f, nullptr, nullptr, nullptr), Error);  // 2 x 96 > 128
   const HeadRows big{nullptr, 1, 2048, reinterpret_cast<const float*>(16)};
   EXPECT_THROW(norm_and_rope_heads(&big, 1, 1, 2048, 1e-6f, nullptr, nullptr, nullptr), Error);  // norm of 2048
+  // Stores: no cache given; heads that do not fill the cache's rows; Q8_0
+  // blocks that would straddle two heads of 48.
+  const HeadRows k_rows{nullptr, 2, 96, nullptr, true, HeadCache::K};
+  EXPECT_THROW(norm_and_rope_heads(&k_rows, 1, 1, 48, 1e-6f, nullptr, nullptr, nullptr), Error);
+  int32_t table[4] = {};
+  const KvLayer f16{nullptr, nullptr, 64, 128, table, 4, KvFormat::F16};
+  EXPECT_THROW(norm_and_rope_heads(&k_rows, 1, 1, 48, 1e-6f, nullptr, nullptr, nullptr, HeadStore{&f16, table}), Error);
+  const KvLayer q8{nullptr, nullptr, 64, 96, table, 4, KvFormat::Q8_0};
+  EXPECT_FALSE(heads_can_store(q8, 48));
+  EXPECT_TRUE(heads_can_store(q8, 96));
+  EXPECT_THROW(norm_and_rope_heads(&k_rows, 1, 1, 48, 1e-6f, nullptr, nullptr, nullptr, HeadStore{&q8, table}), Error);
 }
 
 TEST(LayerKernelArguments, RopeRejectsAnOddOrOversizedRotation) {
