@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/grid_size.h"
@@ -19,34 +20,50 @@ constexpr int kRouteWarps = 4;  // tokens per block of the routing kernel
 // below by it before dividing.
 constexpr float kMinWeightSum = 6.103515625e-5f;
 
-// One warp routes token t: softmax of its logits into `probs` (the warp's
-// n_expert floats of shared memory), then k rounds of a warp argmax (the
-// higher probability, then the lower index), each winner marked -1
-// (probabilities are >= 0) so that the next round skips it.
+// The most experts a lane holds: routers of up to 128 experts take the
+// 4-register variant, larger ones (up to kMaxExperts) the 32-register one.
+constexpr int kFewExpertsPerLane = 4;
+constexpr int kManyExpertsPerLane = kMaxExperts / kWarpSize;
+
+// One warp routes token t: the softmax of its logits, with lane l holding
+// the probabilities of experts l, l + 32, ... in registers (kPerLane of
+// them, n_expert <= 32 kPerLane), then k rounds of a warp argmax (the higher
+// probability, then the lower index), each winner marked -1 by its lane
+// (probabilities are >= 0; lanes' slots past n_expert hold -3, below any
+// round's start) so that the next round skips it. Lane 0 writes each round's
+// expert to ids (and staged_ids where given: the block's shared copy).
+template <int kPerLane>
 __device__ void route_token(const float* __restrict__ logits, int t, int n_expert, int k, bool renormalize,
-                            float* probs, int32_t* __restrict__ ids, float* __restrict__ weights) {
+                            int32_t* __restrict__ ids, float* __restrict__ weights, int32_t* staged_ids) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const float* row = logits + static_cast<size_t>(t) * n_expert;
+  float p[kPerLane];
   float max = -INFINITY;
-  for (int e = lane; e < n_expert; e += kWarpSize) max = fmaxf(max, row[e]);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int e = lane + j * kWarpSize;
+    p[j] = e < n_expert ? __ldg(row + e) : -INFINITY;
+    max = fmaxf(max, p[j]);
+  }
   max = warp_max(max);
-  float sum = 0.0f;
-  for (int e = lane; e < n_expert; e += kWarpSize) {
-    const float p = expf(row[e] - max);
-    probs[e] = p;
-    sum += p;
+  float sum = 0.0f;  // each lane in expert order, then across the warp
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    p[j] = lane + j * kWarpSize < n_expert ? expf(p[j] - max) : 0.0f;
+    sum += p[j];
   }
   const float inv = 1.0f / warp_sum(sum);
-  for (int e = lane; e < n_expert; e += kWarpSize) probs[e] *= inv;
-  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) p[j] = lane + j * kWarpSize < n_expert ? p[j] * inv : -3.0f;
 
   float chosen_sum = 0.0f;
   float my_prob = 0.0f;  // lane s < k keeps slot s's probability
   for (int s = 0; s < k; ++s) {
     float best = -2.0f;
     int best_e = n_expert;
-    for (int e = lane; e < n_expert; e += kWarpSize) {
-      if (probs[e] > best) best = probs[e], best_e = e;  // ascending e: ties keep the lower index
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      if (p[j] > best) best = p[j], best_e = lane + j * kWarpSize;  // ascending e: ties keep the lower index
     }
     for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
       const float other = __shfl_xor_sync(kFullWarpMask, best, offset);
@@ -55,29 +72,40 @@ __device__ void route_token(const float* __restrict__ logits, int t, int n_exper
     }
     chosen_sum += best;  // in slot order, as the CPU adds them
     if (lane == s) my_prob = best;
-    __syncwarp();  // every lane has read probs[best_e]
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      if (lane + j * kWarpSize == best_e) p[j] = -1.0f;
+    }
     if (lane == 0) {
       ids[static_cast<size_t>(t) * k + s] = best_e;
-      probs[best_e] = -1.0f;
+      if (staged_ids != nullptr) staged_ids[t * k + s] = best_e;
       // Slots past the warp's lanes: their probability waits in memory.
       if (s >= kWarpSize) weights[static_cast<size_t>(t) * k + s] = best;
     }
-    __syncwarp();
   }
+  __syncwarp();  // lane 0's writes of the slots past 32
   const float inv_chosen = renormalize ? 1.0f / fmaxf(chosen_sum, kMinWeightSum) : 1.0f;
   for (int s = lane; s < k; s += kWarpSize) {
-    const float p = s < kWarpSize ? my_prob : weights[static_cast<size_t>(t) * k + s];
-    weights[static_cast<size_t>(t) * k + s] = p * inv_chosen;
+    const float prob = s < kWarpSize ? my_prob : weights[static_cast<size_t>(t) * k + s];
+    weights[static_cast<size_t>(t) * k + s] = prob * inv_chosen;
   }
 }
 
+template <int kPerLane>
 __global__ void route_kernel(const float* __restrict__ logits, int n_tokens, int n_expert, int k, bool renormalize,
                              int32_t* __restrict__ ids, float* __restrict__ weights) {
-  extern __shared__ float probs_of_warp[];
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
   if (t >= n_tokens) return;  // whole warps; no block barrier follows
-  route_token(logits, t, n_expert, k, renormalize, probs_of_warp + warp * n_expert, ids, weights);
+  route_token<kPerLane>(logits, t, n_expert, k, renormalize, ids, weights, nullptr);
+}
+
+// Calls f(std::integral_constant<int, kPerLane>{}) with the register
+// variant that holds n_expert probabilities.
+template <class F>
+void visit_experts_per_lane(int n_expert, F&& f) {
+  if (n_expert <= kFewExpertsPerLane * kWarpSize) return f(std::integral_constant<int, kFewExpertsPerLane>{});
+  f(std::integral_constant<int, kManyExpertsPerLane>{});
 }
 
 // The block's shared ints for the grouping: 3 n_expert + 1.
@@ -253,33 +281,33 @@ __global__ void __launch_bounds__(kGroupThreads)
 
 // Small steps (decode): routing and grouping in one block, one launch
 // instead of two on the critical path of every layer. 8 warps route a token
-// each at a time (their probabilities beside the grouping's ints: at most
-// 32 + 12 KB of shared memory, then the slots' experts where they fit).
+// each at a time, writing the chosen experts to the block's shared memory
+// too (beside the grouping's ints, where they fit) for the grouping.
 constexpr int kFusedThreads = 256;
 constexpr int kFusedWarps = kFusedThreads / kWarpSize;
-static_assert(kFusedWarps * kMaxExperts * sizeof(float) + group_shared_ints(kMaxExperts) * sizeof(int) <= kDefaultSharedBytes,
+static_assert(group_shared_ints(kMaxExperts) * sizeof(int) <= kDefaultSharedBytes,
               "the fused kernel's shared memory fits the default 48 KB");
 
+template <int kPerLane>
 __global__ void __launch_bounds__(kFusedThreads)
     route_and_group_kernel(const float* __restrict__ logits, int n_tokens, int n_expert, int k, bool renormalize,
                            int item_tokens, int n_items, bool stage, int32_t* ids, float* __restrict__ weights,
                            int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows,
                            ExpertItem* __restrict__ items) {
-  extern __shared__ float fused_shared[];
+  extern __shared__ int group_shared[];
+  int32_t* staged = stage ? group_shared + group_shared_ints(n_expert) : nullptr;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   for (int t = warp; t < n_tokens; t += kFusedWarps) {
-    route_token(logits, t, n_expert, k, renormalize, fused_shared + warp * n_expert, ids, weights);
+    route_token<kPerLane>(logits, t, n_expert, k, renormalize, ids, weights, staged);
   }
-  __syncthreads();
-  int* group_shared = reinterpret_cast<int*>(fused_shared + kFusedWarps * n_expert);
+  __syncthreads();  // ids (and their shared copy) written
   const int n_slots = n_tokens * k;
   if (stage && n_slots <= kMaxFewSlots) {
-    const int32_t* staged = stage_slot_experts(ids, n_slots, group_shared + group_shared_ints(n_expert));
     group_few_slots(staged, n_slots, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, group_shared);
+  } else if (stage) {
+    group_slots(staged, n_slots, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, group_shared);
   } else {
-    int32_t* staged = stage ? group_shared + group_shared_ints(n_expert) : nullptr;
-    group_slots(stage_slot_experts(ids, n_slots, staged), n_slots, n_expert, k, item_tokens, n_items, sorted_slots,
-                slot_rows, items, group_shared);
+    group_slots(ids, n_slots, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, group_shared);
   }
 }
 
@@ -385,9 +413,10 @@ void route_experts(const float* logits, int n_tokens, int n_expert, int k, bool 
   check_experts("route_experts", n_expert, k);
   if (n_tokens <= 0) return;
   const int blocks = (n_tokens + kRouteWarps - 1) / kRouteWarps;
-  const size_t shared = static_cast<size_t>(kRouteWarps) * n_expert * sizeof(float);
-  route_kernel<<<blocks, kRouteWarps * kWarpSize, shared, stream>>>(logits, n_tokens, n_expert, k, renormalize, ids,
-                                                                   weights);
+  visit_experts_per_lane(n_expert, [&](auto per_lane) {
+    route_kernel<per_lane()><<<blocks, kRouteWarps * kWarpSize, 0, stream>>>(logits, n_tokens, n_expert, k,
+                                                                              renormalize, ids, weights);
+  });
   M40_CUDA_CHECK_LAUNCH();
 }
 
@@ -429,13 +458,15 @@ void route_and_group(const float* logits, int n_tokens, int n_expert, int k, boo
     route_experts(logits, n_tokens, n_expert, k, renormalize, ids, weights, stream);
     return group_by_expert(ids, n_tokens * k, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, stream);
   }
-  size_t shared = kFusedWarps * n_expert * sizeof(float) + group_shared_ints(n_expert) * sizeof(int);
+  size_t shared = group_shared_ints(n_expert) * sizeof(int);
   const int n_slots = n_tokens * k;
   const bool stage = slots_fit_shared(shared, n_slots);
   if (stage) shared += n_slots * sizeof(int32_t);
-  route_and_group_kernel<<<1, kFusedThreads, shared, stream>>>(logits, n_tokens, n_expert, k, renormalize, item_tokens,
-                                                               n_items, stage, ids, weights, sorted_slots, slot_rows,
-                                                               items);
+  visit_experts_per_lane(n_expert, [&](auto per_lane) {
+    route_and_group_kernel<per_lane()><<<1, kFusedThreads, shared, stream>>>(
+        logits, n_tokens, n_expert, k, renormalize, item_tokens, n_items, stage, ids, weights, sorted_slots, slot_rows,
+        items);
+  });
   M40_CUDA_CHECK_LAUNCH();
 }
 

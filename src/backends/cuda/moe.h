@@ -21,8 +21,8 @@
 
 namespace m40::cuda {
 
-// The most experts a router may have (a warp's shared row of probabilities
-// per token).
+// The most experts a router may have (a warp holds a token's probabilities
+// in registers, at most 32 a lane).
 inline constexpr int kMaxExperts = 1024;
 
 // Per token t: the k experts of highest softmax probability over the
