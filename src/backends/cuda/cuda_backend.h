@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -133,11 +134,11 @@ class CudaBackend : public backend::Backend {
   // (y = residual + the branch, residual null or y). A product that can also
   // write next.out = rms_norm(y) * next.weight (product_normalizes: the MoE
   // combination) is given the next norm where the join is plain.
-  template <class Product>
-  bool join_branch(Product&& product, const float* bias, const float* post_norm, int n, const char* stage,
+  using BranchProduct = std::function<void(float* y, const float* residual, const NextNorm& next)>;
+  bool join_branch(const BranchProduct& product, const float* bias, const float* post_norm, int n, const char* stage,
                    const float* next_norm, bool product_normalizes = false);
   // The FFN of a mixture-of-experts layer on xn_ (moe.h), joined like
-  // enqueue_branch_output.
+  // enqueue_branch_output (cuda_backend_moe.cpp).
   bool enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* next_norm);
   // The router's logits for n tokens of xn_ (and the shared expert's gate
   // logit where the layer has one).

@@ -1,0 +1,79 @@
+// The mixture-of-experts FFN of a layer on the GPU (moe.h has the kernels):
+// the router (with a shared expert's gate row), routing and grouping, the
+// chosen experts' grouped products, a shared expert's dense FFN, and the
+// combination joined to the residual stream.
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/moe.h"
+
+namespace m40::cuda {
+
+bool CudaBackend::enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* next_norm) {
+  const auto& hp = hparams_;
+  const int n_expert = static_cast<int>(hp.n_expert);
+  const int k = static_cast<int>(hp.n_expert_used);
+  const int n_embd = static_cast<int>(hp.n_embd);
+  const int64_t n_ff = hp.n_ff_expert;
+  const int slots = n * k;
+  enqueue_router(w, n);
+  const int item_tokens = expert_item_tokens(n, k, n_expert);
+  const int n_items = max_expert_items(n, k, n_expert, item_tokens);
+  route_and_group(router_logits_, n, n_expert, k, hp.desc->expert_weights_renormalized, item_tokens, n_items,
+                  expert_ids_, expert_weights_, sorted_slots_, slot_rows_, expert_items_, stream_);
+  // Items of one token read it where it is; larger ones need their
+  // tokens' rows side by side.
+  const bool x_by_token = item_tokens == 1;
+  if (!x_by_token) gather_expert_rows(xn_, sorted_slots_, k, slots, n_embd, expert_x_, stream_);
+  const float* x = x_by_token ? xn_ : expert_x_;
+  stage_timer_.mark(stream_, "moe_route");
+  if (w.gate_up_exps.rows > 0) {
+    grouped_matmul(w.gate_up_exps, n_expert, x, x_by_token, item_tokens, expert_items_, n_items, expert_gate_up_,
+                   stream_);
+    stage_timer_.mark(stream_, "moe_gate_up");
+    silu_mul_rows(expert_gate_up_, slots, static_cast<int>(n_ff), expert_act_, stream_);
+  } else {
+    float* gate = expert_gate_up_;
+    float* up = expert_gate_up_ + slots * n_ff;
+    grouped_matmul(w.gate_exps, n_expert, x, x_by_token, item_tokens, expert_items_, n_items, gate, stream_);
+    grouped_matmul(w.up_exps, n_expert, x, x_by_token, item_tokens, expert_items_, n_items, up, stream_);
+    stage_timer_.mark(stream_, "moe_gate_up");
+    silu_mul(gate, up, expert_act_, slots * n_ff, stream_);
+  }
+  stage_timer_.mark(stream_, "ffn_activation");
+  grouped_matmul(w.down_exps, n_expert, expert_act_, false, item_tokens, expert_items_, n_items, expert_out_, stream_);
+  stage_timer_.mark(stream_, "moe_down");
+  const bool shared_expert = w.shexp_down.rows > 0;
+  if (shared_expert) enqueue_shared_expert(w, n);
+  const SharedExpertOutput shared{shared_expert ? shexp_out_ : nullptr, shared_expert ? shexp_logit_ : nullptr};
+  return join_branch(
+      [&](float* y, const float* residual, const NextNorm& next) {
+        combine_experts(expert_out_, slot_rows_, expert_weights_, n, k, n_embd, shared, y, residual, stream_, next,
+                        hp.rms_eps);
+      },
+      nullptr, w.post_ffn_norm, n, "moe_combine", next_norm, true);
+}
+
+void CudaBackend::enqueue_router(const LayerOnDevice& w, int n) {
+  if (w.shexp_down.rows == 0) {
+    matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
+  } else {
+    const OutputPart parts[2] = {{router_logits_, w.router.rows}, {shexp_logit_, 1}};
+    if (w.router_and_shexp_gate.rows == 0 || !matvec_parts(w.router_and_shexp_gate, xn_, n, parts, 2, stream_)) {
+      matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
+      matmul(w.shexp_gate_inp, xn_, n, shexp_logit_, nullptr, stream_);
+    }
+  }
+  stage_timer_.mark(stream_, "moe_router");
+}
+
+void CudaBackend::enqueue_shared_expert(const LayerOnDevice& w, int n) {
+  const OutputPart gate_up[2] = {{gate_, w.shexp_gate.rows}, {up_, w.shexp_up.rows}};
+  if (w.shexp_gate_up.rows == 0 || !matvec_parts(w.shexp_gate_up, xn_, n, gate_up, 2, stream_)) {
+    matmul(w.shexp_gate, xn_, n, gate_, nullptr, stream_);
+    matmul(w.shexp_up, xn_, n, up_, nullptr, stream_);
+  }
+  silu_mul(gate_, up_, gate_, int64_t{n} * w.shexp_gate.rows, stream_);
+  matmul(w.shexp_down, gate_, n, shexp_out_, nullptr, stream_);
+  stage_timer_.mark(stream_, "moe_shared_expert");
+}
+
+}  // namespace m40::cuda
