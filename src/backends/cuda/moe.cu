@@ -188,9 +188,9 @@ __device__ void group_slots(const int32_t* ids, int n_slots, int n_expert, int k
 
   for (int e = warp; e < n_expert; e += n_warps) {
     int c = 0;
-    // Not unrolled: unrolled, the loops made ptxas outline an integer
-    // division and spill around its call on sm_52.
-#pragma unroll 1
+    // Unrolled 4 times: fully unrolled, the loops made ptxas outline an
+    // integer division and spill around its call on sm_52.
+#pragma unroll 4
     for (int base = 0; base < n_slots; base += kWarpSize) {
       const int s = base + lane;
       c += __popc(__ballot_sync(kFullWarpMask, s < n_slots && ids[s] == e));
@@ -202,7 +202,7 @@ __device__ void group_slots(const int32_t* ids, int n_slots, int n_expert, int k
   __syncthreads();
   for (int e = warp; e < n_expert; e += n_warps) {
     int placed = first_row[e];
-#pragma unroll 1
+#pragma unroll 4
     for (int base = 0; base < n_slots; base += kWarpSize) {
       const int s = base + lane;
       const bool mine = s < n_slots && ids[s] == e;
