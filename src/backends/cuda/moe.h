@@ -40,8 +40,9 @@ void route_experts(const float* logits, int n_tokens, int n_expert, int k, bool 
 // share passes 4 x kMaxExpertMatvecTokens.
 int expert_item_tokens(int n_tokens, int k, int n_expert);
 
-// The most work items a step can make: every expert that can be chosen,
-// plus one for each item_tokens of the n_tokens * k choices.
+// The most work items a step can make: (slots + chosen (item_tokens - 1)) /
+// item_tokens for n_tokens * k slots over at most min(n_expert, slots)
+// chosen experts (each chosen expert's last item may be partly empty).
 int max_expert_items(int n_tokens, int k, int n_expert, int item_tokens);
 
 // Orders the n_slots = n_tokens * k choices (ids, slot s = t * k + i) by

@@ -119,8 +119,9 @@ TEST(MoeCuda, ItemSizesFollowTheTokensPerExpert) {
   // per item_tokens slots (checked against the worst case here, all slots
   // on as many experts as possible).
   EXPECT_EQ(max_expert_items(1, 8, 128, 1), 8);
-  EXPECT_EQ(max_expert_items(32, 8, 128, 2), 128 + 128);
-  EXPECT_EQ(max_expert_items(512, 8, 128, 64), 128 + 64);
+  EXPECT_EQ(max_expert_items(32, 8, 128, 2), (256 + 128) / 2);  // 128 experts with 1 or 3 slots each
+  EXPECT_EQ(max_expert_items(512, 8, 128, 64), (4096 + 128 * 63) / 64);
+  EXPECT_EQ(max_expert_items(3, 2, 8, 4), 6);  // never more than the slots
 }
 
 // The grid's item count (max_expert_items) is never below the items a step
