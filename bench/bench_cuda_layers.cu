@@ -113,6 +113,18 @@ int main(int argc, char** argv) {
          [&] { m40::cuda::rope(q, n, kHeads, kv_dim, positions, rope_config, nullptr); }},
         {"kv_append", 2.0 * n * kv_dim * (f + h) + 2 * n * 4.0,
          [&] { m40::cuda::kv_append(cache, k, v, seq_ids, positions, n, nullptr); }},
+        // What a qwen3 layer launches once: Q's and K's norms and RoPE, K
+        // and V into the cache (Q and K read and written, V read, the cache
+        // written).
+        {"heads: Q/K norms, RoPE, K/V store", 5.0 * n * kv_dim * f + 2.0 * n * kv_dim * h + 2 * n * 4.0,
+         [&] {
+           const m40::cuda::HeadRows heads[3] = {
+               {q, kHeads, kv_dim, weight},
+               {k, kHeads, kv_dim, weight, true, m40::cuda::HeadCache::K},
+               {v, kHeads, kv_dim, nullptr, false, m40::cuda::HeadCache::V}};
+           m40::cuda::norm_and_rope_heads(heads, 3, n, kHeadDim, 1e-6f, positions, &rope_config, nullptr,
+                                          m40::cuda::HeadStore{&cache, seq_ids});
+         }},
         {"silu_mul", 3.0 * n * kFf * f, [&] { m40::cuda::silu_mul(gate, up, gate, int64_t{n} * kFf, nullptr); }},
         {"add_branch + next norm", 5 * row + 2 * kEmbd * f,
          [&] {
