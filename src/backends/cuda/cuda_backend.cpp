@@ -417,13 +417,12 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
     }
     // Decode steps read x once for Q, K (and V) in one launch when the
     // matrices allow it (matvec_parts), else one product each.
-    const OutputPart qkv[3] = {{q_, w.wq.rows}, {k_, w.wk.rows}, {v_, w.wv.rows}};
-    const bool fused_qkv = w.wqkv.rows > 0 && matvec_parts(w.wqkv, xn_, n, qkv, w.qkv_parts, stream_);
-    if (!fused_qkv) {
-      matmul(w.wq, xn_, n, q_, nullptr, stream_);
-      matmul(w.wk, xn_, n, k_, nullptr, stream_);
+    if (w.qkv_parts == 3) {
+      enqueue_xn_products(w.wqkv, {{&w.wq, q_}, {&w.wk, k_}, {&w.wv, v_}}, n);
+    } else {
+      enqueue_xn_products(w.wqkv, {{&w.wq, q_}, {&w.wk, k_}}, n);
+      matmul(w.wv, xn_, n, v_, nullptr, stream_);
     }
-    if (!fused_qkv || w.qkv_parts == 2) matmul(w.wv, xn_, n, v_, nullptr, stream_);
     stage_timer_.mark(stream_, "qkv");
     if (w.bq != nullptr) {  // the loader gives all three biases or none
       const BiasTarget biases[3] = {{q_, w.bq, q_dim}, {k_, w.bk, kv_dim}, {v_, w.bv, kv_dim}};
@@ -474,11 +473,7 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
       xn_holds_attn_norm = enqueue_moe_ffn(w, n, next_attn_norm);
       continue;
     }
-    const OutputPart gate_up[2] = {{gate_, w.w_gate.rows}, {up_, w.w_up.rows}};
-    if (w.w_gate_up.rows == 0 || !matvec_parts(w.w_gate_up, xn_, n, gate_up, 2, stream_)) {
-      matmul(w.w_gate, xn_, n, gate_, nullptr, stream_);
-      matmul(w.w_up, xn_, n, up_, nullptr, stream_);
-    }
+    enqueue_xn_products(w.w_gate_up, {{&w.w_gate, gate_}, {&w.w_up, up_}}, n);
     stage_timer_.mark(stream_, "gate_up");
     const int64_t ff_values = int64_t{n} * hp.n_ff;
     if (gelu) {
@@ -489,6 +484,15 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
     stage_timer_.mark(stream_, "ffn_activation");
     xn_holds_attn_norm = enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n, "ffn_down", next_attn_norm);
   }
+}
+
+void CudaBackend::enqueue_xn_products(const DeviceWeight& fused, std::initializer_list<XnProduct> products, int n) {
+  if (products.size() > static_cast<size_t>(kMaxOutputParts)) throw Error("enqueue_xn_products: too many products");
+  OutputPart parts[kMaxOutputParts];
+  int n_parts = 0;
+  for (const XnProduct& p : products) parts[n_parts++] = {p.y, p.w->rows};
+  if (fused.rows > 0 && matvec_parts(fused, xn_, n, parts, n_parts, stream_)) return;
+  for (const XnProduct& p : products) matmul(*p.w, xn_, n, p.y, nullptr, stream_);
 }
 
 bool CudaBackend::enqueue_branch_output(const DeviceWeight& w, const float* h, const float* bias,

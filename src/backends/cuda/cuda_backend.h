@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <vector>
@@ -140,12 +141,15 @@ class CudaBackend : public backend::Backend {
   // The FFN of a mixture-of-experts layer on xn_ (moe.h), joined like
   // enqueue_branch_output (cuda_backend_moe.cpp).
   bool enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* next_norm);
-  // The router's logits for n tokens of xn_ (and the shared expert's gate
-  // logit where the layer has one).
-  void enqueue_router(const LayerOnDevice& w, int n);
-  // A shared expert's output for n tokens of xn_, to shexp_out_ (gate_ and
-  // up_ hold its gate and up on the way).
-  void enqueue_shared_expert(const LayerOnDevice& w, int n);
+  // One of the products that read xn_ together: W · xn_ into y.
+  struct XnProduct {
+    const DeviceWeight* w;
+    float* y;
+  };
+  // The products W_i · xn_ for n tokens: one launch over `fused` (the W_i
+  // back to back; rows 0 where they are not) where the decode kernel takes
+  // it (matvec_parts), else one product each.
+  void enqueue_xn_products(const DeviceWeight& fused, std::initializer_list<XnProduct> products, int n);
   // Captures a decode step of n tokens (the layers, and the outputs where
   // this GPU computes them) as a graph; a row split's shards capture one
   // graph together (ShardExchange::begin_capture), which shard 0 gets, the

@@ -14,7 +14,13 @@ bool CudaBackend::enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* ne
   const int n_embd = static_cast<int>(hp.n_embd);
   const int64_t n_ff = hp.n_ff_expert;
   const int slots = n * k;
-  enqueue_router(w, n);
+  const bool shared_expert = w.shexp_down.rows > 0;
+  if (shared_expert) {  // its gate's row read with the router's
+    enqueue_xn_products(w.router_and_shexp_gate, {{&w.router, router_logits_}, {&w.shexp_gate_inp, shexp_logit_}}, n);
+  } else {
+    matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
+  }
+  stage_timer_.mark(stream_, "moe_router");
   const int item_tokens = expert_item_tokens(n, k, n_expert);
   const int n_items = max_expert_items(n, k, n_expert, item_tokens);
   route_and_group(router_logits_, n, n_expert, k, hp.desc->expert_weights_renormalized, item_tokens, n_items,
@@ -41,8 +47,12 @@ bool CudaBackend::enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* ne
   stage_timer_.mark(stream_, "ffn_activation");
   grouped_matmul(w.down_exps, n_expert, expert_act_, false, item_tokens, expert_items_, n_items, expert_out_, stream_);
   stage_timer_.mark(stream_, "moe_down");
-  const bool shared_expert = w.shexp_down.rows > 0;
-  if (shared_expert) enqueue_shared_expert(w, n);
+  if (shared_expert) {  // a dense FFN on xn_, its gate and up through gate_ and up_
+    enqueue_xn_products(w.shexp_gate_up, {{&w.shexp_gate, gate_}, {&w.shexp_up, up_}}, n);
+    silu_mul(gate_, up_, gate_, int64_t{n} * w.shexp_gate.rows, stream_);
+    matmul(w.shexp_down, gate_, n, shexp_out_, nullptr, stream_);
+    stage_timer_.mark(stream_, "moe_shared_expert");
+  }
   const SharedExpertOutput shared{shared_expert ? shexp_out_ : nullptr, shared_expert ? shexp_logit_ : nullptr};
   return join_branch(
       [&](float* y, const float* residual, const NextNorm& next) {
@@ -50,30 +60,6 @@ bool CudaBackend::enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* ne
                         hp.rms_eps);
       },
       nullptr, w.post_ffn_norm, n, "moe_combine", next_norm, true);
-}
-
-void CudaBackend::enqueue_router(const LayerOnDevice& w, int n) {
-  if (w.shexp_down.rows == 0) {
-    matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
-  } else {
-    const OutputPart parts[2] = {{router_logits_, w.router.rows}, {shexp_logit_, 1}};
-    if (w.router_and_shexp_gate.rows == 0 || !matvec_parts(w.router_and_shexp_gate, xn_, n, parts, 2, stream_)) {
-      matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
-      matmul(w.shexp_gate_inp, xn_, n, shexp_logit_, nullptr, stream_);
-    }
-  }
-  stage_timer_.mark(stream_, "moe_router");
-}
-
-void CudaBackend::enqueue_shared_expert(const LayerOnDevice& w, int n) {
-  const OutputPart gate_up[2] = {{gate_, w.shexp_gate.rows}, {up_, w.shexp_up.rows}};
-  if (w.shexp_gate_up.rows == 0 || !matvec_parts(w.shexp_gate_up, xn_, n, gate_up, 2, stream_)) {
-    matmul(w.shexp_gate, xn_, n, gate_, nullptr, stream_);
-    matmul(w.shexp_up, xn_, n, up_, nullptr, stream_);
-  }
-  silu_mul(gate_, up_, gate_, int64_t{n} * w.shexp_gate.rows, stream_);
-  matmul(w.shexp_down, gate_, n, shexp_out_, nullptr, stream_);
-  stage_timer_.mark(stream_, "moe_shared_expert");
 }
 
 }  // namespace m40::cuda

@@ -91,20 +91,26 @@ __global__ void __launch_bounds__(kThreads) kv_append_q8_0_kernel(AppendArgs a) 
 
 }  // namespace
 
-void kv_append(const KvLayer& cache, const float* k, const float* v, const int32_t* seq_ids,
-               const int32_t* positions, int n_tokens, cudaStream_t stream) {
-  if (cache.n_ctx <= 0 || cache.kv_dim <= 0 || n_tokens < 0) {
-    throw Error("kv_append: bad cache shape (n_ctx " + std::to_string(cache.n_ctx) + ", kv_dim " +
-                std::to_string(cache.kv_dim) + ") or token count " + std::to_string(n_tokens));
+void check_kv_layer(const KvLayer& cache, const char* op) {
+  if (cache.n_ctx <= 0 || cache.kv_dim <= 0) {
+    throw Error(std::string(op) + ": bad cache shape (n_ctx " + std::to_string(cache.n_ctx) + ", kv_dim " +
+                std::to_string(cache.kv_dim) + ")");
   }
   if (cache.type == KvFormat::Q8_0 && cache.kv_dim % quant::BlockQ8_0::kValues != 0) {
-    throw Error("kv_append: a Q8_0 cache needs kv_dim to be a multiple of 32, got " + std::to_string(cache.kv_dim));
+    throw Error(std::string(op) + ": a Q8_0 cache needs kv_dim to be a multiple of 32, got " +
+                std::to_string(cache.kv_dim));
   }
   if (cache.block_tables == nullptr || cache.max_blocks < backend::kv_blocks_for(cache.n_ctx)) {
-    throw Error("kv_append: the cache needs block tables of at least " +
+    throw Error(std::string(op) + ": the cache needs block tables of at least " +
                 std::to_string(backend::kv_blocks_for(cache.n_ctx)) + " entries per sequence (got " +
                 std::to_string(cache.max_blocks) + ")");
   }
+}
+
+void kv_append(const KvLayer& cache, const float* k, const float* v, const int32_t* seq_ids,
+               const int32_t* positions, int n_tokens, cudaStream_t stream) {
+  check_kv_layer(cache, "kv_append");
+  if (n_tokens < 0) throw Error("kv_append: token count " + std::to_string(n_tokens));
   if (n_tokens == 0) return;
   const AppendArgs a{cache, k, v, seq_ids, positions, n_tokens};
   if (cache.type == KvFormat::Q8_0) {

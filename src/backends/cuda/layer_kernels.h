@@ -147,6 +147,9 @@ inline uint64_t kv_row_bytes(KvFormat type, int kv_dim) {
 // the pool row of (seq_ids[t], positions[t]). CPU twin: cpu::KvCache::store.
 void kv_append(const KvLayer& cache, const float* k, const float* v, const int32_t* seq_ids,
                const int32_t* positions, int n_tokens, cudaStream_t stream);
+// Throws, naming `op`, unless `cache` is a usable layer of the paged cache:
+// a context and rows, Q8_0 rows of whole blocks, block tables for n_ctx.
+void check_kv_layer(const KvLayer& cache, const char* op);
 
 // Q's, K's and V's heads between their products and the attention, in one
 // launch: for each set of rows (token t's heads at x + t * row_stride), each

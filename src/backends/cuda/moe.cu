@@ -119,10 +119,16 @@ constexpr size_t kDefaultSharedBytes = 48 * 1024;
 // per expert (group_slots), whose passes take 32 slots at a time.
 constexpr int kMaxFewSlots = 64;
 
-// Whether the step's n_slots expert ids fit in shared memory beside
-// `other_bytes`.
-bool slots_fit_shared(size_t other_bytes, int n_slots) {
-  return other_bytes + static_cast<size_t>(n_slots) * sizeof(int32_t) <= kDefaultSharedBytes;
+// A grouping block's dynamic shared memory: the grouping's ints, then the
+// step's n_slots expert ids where they fit (stage).
+struct GroupShared {
+  size_t bytes;
+  bool stage;
+};
+GroupShared grouping_shared_memory(int n_expert, int n_slots) {
+  const size_t ints = group_shared_ints(n_expert) * sizeof(int);
+  const size_t staged = ints + static_cast<size_t>(n_slots) * sizeof(int32_t);
+  return staged <= kDefaultSharedBytes ? GroupShared{staged, true} : GroupShared{ints, false};
 }
 
 // Copies the slots' experts to `staged` (the block's shared memory) where
@@ -307,10 +313,9 @@ __global__ void __launch_bounds__(kFusedThreads)
   const int n_slots = n_tokens * k;
   if (stage && n_slots <= kMaxFewSlots) {
     group_few_slots(staged, n_slots, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, group_shared);
-  } else if (stage) {
-    group_slots(staged, n_slots, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, group_shared);
   } else {
-    group_slots(ids, n_slots, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, group_shared);
+    group_slots(stage ? staged : ids, n_slots, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items,
+                group_shared);
   }
 }
 
@@ -447,11 +452,9 @@ void group_by_expert(const int32_t* ids, int n_slots, int n_expert, int k, int i
                      int32_t* sorted_slots, int32_t* slot_rows, ExpertItem* items, cudaStream_t stream) {
   check_experts("group_by_expert", n_expert, k, item_tokens);
   if (n_slots <= 0 || n_items <= 0) return;
-  size_t shared = group_shared_ints(n_expert) * sizeof(int);
-  const bool stage = slots_fit_shared(shared, n_slots);
-  if (stage) shared += n_slots * sizeof(int32_t);
-  group_kernel<<<1, kGroupThreads, shared, stream>>>(ids, n_slots, n_expert, k, item_tokens, n_items, stage,
-                                                     sorted_slots, slot_rows, items);
+  const GroupShared shared = grouping_shared_memory(n_expert, n_slots);
+  group_kernel<<<1, kGroupThreads, shared.bytes, stream>>>(ids, n_slots, n_expert, k, item_tokens, n_items,
+                                                           shared.stage, sorted_slots, slot_rows, items);
   M40_CUDA_CHECK_LAUNCH();
 }
 
@@ -464,14 +467,11 @@ void route_and_group(const float* logits, int n_tokens, int n_expert, int k, boo
     route_experts(logits, n_tokens, n_expert, k, renormalize, ids, weights, stream);
     return group_by_expert(ids, n_tokens * k, n_expert, k, item_tokens, n_items, sorted_slots, slot_rows, items, stream);
   }
-  size_t shared = group_shared_ints(n_expert) * sizeof(int);
-  const int n_slots = n_tokens * k;
-  const bool stage = slots_fit_shared(shared, n_slots);
-  if (stage) shared += n_slots * sizeof(int32_t);
+  const GroupShared shared = grouping_shared_memory(n_expert, n_tokens * k);
   visit_experts_per_lane(n_expert, [&](auto per_lane) {
-    route_and_group_kernel<per_lane()><<<1, kFusedThreads, shared, stream>>>(
-        logits, n_tokens, n_expert, k, renormalize, item_tokens, n_items, stage, ids, weights, sorted_slots, slot_rows,
-        items);
+    route_and_group_kernel<per_lane()><<<1, kFusedThreads, shared.bytes, stream>>>(
+        logits, n_tokens, n_expert, k, renormalize, item_tokens, n_items, shared.stage, ids, weights, sorted_slots,
+        slot_rows, items);
   });
   M40_CUDA_CHECK_LAUNCH();
 }

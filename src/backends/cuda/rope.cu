@@ -226,11 +226,11 @@ void norm_and_rope_heads(const HeadRows* rows, int n_rows, int n_tokens, int hea
       if (store.cache == nullptr || store.seq_ids == nullptr) {
         throw Error("norm_and_rope_heads: a set stores into the KV cache, but no cache is given");
       }
-      if (store.cache->kv_dim != h.n_heads * head_dim || !heads_can_store(*store.cache, head_dim) ||
-          store.cache->block_tables == nullptr || store.cache->max_blocks < backend::kv_blocks_for(store.cache->n_ctx)) {
+      check_kv_layer(*store.cache, "norm_and_rope_heads");
+      if (store.cache->kv_dim != h.n_heads * head_dim || !heads_can_store(*store.cache, head_dim)) {
         throw Error("norm_and_rope_heads: " + std::to_string(h.n_heads) + " heads of " + std::to_string(head_dim) +
                     " do not fill the cache's rows of " + std::to_string(store.cache->kv_dim) +
-                    " (or a Q8_0 block would straddle two heads, or the block tables are short)");
+                    " (or a Q8_0 block would straddle two heads)");
       }
     }
     a.rows[r] = h;
