@@ -15,7 +15,8 @@
 // through the internal launchers. `--profile [N]` runs one product of N tokens
 // (default 1) each of F16, Q8_0 and Q4_K at 11008x4096 and nothing else, for
 // ncu (512: the prefill gemm); `--quick` only the decode table of F16, Q8_0, Q4_K and Q4_0;
-// `--choice` only the kernel-choice table; `--small` (`--mid`) only the
+// `--choice` only the kernel-choice table; `--skinny` the Q4_K skinny kernel
+// (matmul_skinny.cu) against the matvec kernel and the decode tile; `--small` (`--mid`) only the
 // decode table, every type, at 1 and 2 (4, 8 and 16) tokens; `--gemm` only
 // the prefill table. `--types Q8_0,F16` after any of these limits the decode
 // table to those types.
@@ -325,6 +326,8 @@ int main(int argc, char** argv) {
     // and 16 tokens.
     const bool small_only = argc > 1 && std::string(argv[1]) == "--small";
     const bool mid_only = argc > 1 && std::string(argv[1]) == "--mid";
+    // --skinny: only the skinny Q4_K kernel against the kernels before it.
+    const bool skinny_only = argc > 1 && std::string(argv[1]) == "--skinny";
     // --gemm: only the prefill table.
     const bool gemm_only = argc > 1 && std::string(argv[1]) == "--gemm";
     int device = 0;
@@ -366,7 +369,7 @@ int main(int argc, char** argv) {
     if (small_only) batches = {1, 2};
     if (mid_only) batches = {4, 8, 16};
 
-    if (!choice_only && !gemm_only) {
+    if (!choice_only && !gemm_only && !skinny_only) {
     std::printf("### matvec (decode): achieved GB/s and %% of copy bandwidth\n\n");
     std::printf("| rows x cols | type | batch | us | GB/s | %% of copy | in a graph: us, %% | read-only kernel, same bytes: us, %% of copy | read-only in a graph: us, %% |\n");
     std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
@@ -401,6 +404,51 @@ int main(int argc, char** argv) {
 
     }
     if (quick || small_only || mid_only) return 0;
+
+    if (skinny_only) {
+      // The skinny kernel (Q4_K, eight rows a lane; 16 and 32 tokens as
+      // launches of 8) against the matvec kernel and the decode tile.
+      std::printf("### skinny Q4_K kernel against the kernels before it (us per product)\n\n");
+      std::printf("| rows x cols | batch | matvec kernel | decode tile | skinny | skinny GFLOP/s, %% of FMA peak |\n");
+      std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+      for (const Shape& shape : shapes) {
+        const Buffers buf(TensorType::Q4_K, shape.rows, shape.cols, 32, l2);
+        auto product = [&](int i, int n) {
+          m40::cuda::mm::Product p;
+          p.type = TensorType::Q4_K;
+          p.w = static_cast<const uint8_t*>(buf.copy(i).data);
+          p.row_bytes = buf.weight.row_bytes;
+          p.rows = static_cast<int>(shape.rows);
+          p.cols = static_cast<int>(shape.cols);
+          p.x = buf.x(i);
+          p.n_tokens = n;
+          p.y = buf.y(i);
+          p.stream = stream;
+          return p;
+        };
+        for (const int n : {4, 8, 16, 32}) {
+          std::string matvec_us = "-";
+          if (n <= m40::cuda::mm::kMaxMatvecKernelTokens) {
+            const double ms = time_graph_ms(stream, buf.copies, 15, [&](int i) { m40::cuda::mm::launch_matvec_kernel(product(i, n)); });
+            matvec_us = std::to_string(ms * 1e3).substr(0, 6);
+          }
+          const double tile_ms =
+              time_graph_ms(stream, buf.copies, 15, [&](int i) { m40::cuda::mm::launch_gemm_decode(product(i, n)); });
+          const double skinny_ms = time_graph_ms(stream, buf.copies, 15, [&](int i) {
+            const auto p = product(i, n);
+            for (int t = 0; t < n; t += m40::cuda::mm::kMaxSkinnyTokens) {
+              m40::cuda::mm::launch_skinny(p.token_slice(t, std::min(n - t, m40::cuda::mm::kMaxSkinnyTokens)));
+            }
+          });
+          const double gflops = 2.0 * static_cast<double>(shape.rows) * static_cast<double>(shape.cols) * n /
+                                (skinny_ms * 1e6);
+          std::printf("| %lldx%lld | %d | %s | %.1f | %.1f | %.0f, %.0f%% |\n", static_cast<long long>(shape.rows),
+                      static_cast<long long>(shape.cols), n, matvec_us.c_str(), tile_ms * 1e3, skinny_ms * 1e3,
+                      gflops, 100.0 * gflops / fma_gflops);
+        }
+      }
+      return 0;
+    }
 
     if (!gemm_only) {
     // Which kernel suits which batch: the matvec kernel (up to 16 tokens),

@@ -24,6 +24,25 @@ struct OutputParts {
   float* y[3] = {nullptr, nullptr, nullptr};
 };
 
+// Stores the sum of row `row`, token t of a decode product (nothing past
+// rows or n_tokens): in the part that holds the row, or in y plus the
+// residual.
+__device__ __forceinline__ void store_product_sum(const OutputParts& parts, float* y, const float* residual, int rows,
+                                                  int n_tokens, int row, int t, float sum) {
+  if (t >= n_tokens || row >= rows) return;
+  if (parts.n > 0) {
+    // (Constant indices: a loop over the parts put them on the stack.)
+    float* dst = parts.y[0];
+    int first = 0, end = parts.end[0];
+    if (parts.n > 1 && row >= parts.end[0]) dst = parts.y[1], first = parts.end[0], end = parts.end[1];
+    if (parts.n > 2 && row >= parts.end[1]) dst = parts.y[2], first = parts.end[1], end = parts.end[2];
+    dst[static_cast<size_t>(t) * static_cast<size_t>(end - first) + static_cast<size_t>(row - first)] = sum;
+    return;
+  }
+  const size_t index = static_cast<size_t>(t) * static_cast<size_t>(rows) + static_cast<size_t>(row);
+  y[index] = residual != nullptr ? residual[index] + sum : sum;
+}
+
 // A grouped product (matmul.h, grouped_matmul): the kernel's blocks of
 // item index i (a grid dimension) compute work item items[i]: W moved to its
 // expert's matrix, x and y to its first row, n_tokens its count.
@@ -139,6 +158,17 @@ bool visit_decoder(gguf::TensorType type, Visitor&& visitor) {
 // Q4_0 and IQ4_NL, which take two matvec launches there too.
 inline constexpr int kMaxMatvecKernelTokens = 16;
 void launch_matvec(const Product& p);
+// The matvec kernel alone (n_tokens up to kMaxMatvecKernelTokens), whatever
+// launch_matvec would choose: for the bench.
+void launch_matvec_kernel(const Product& p);
+
+// Q4_K decode products of kMinSkinnyTokens..kMaxSkinnyTokens tokens with
+// eight rows a lane (matmul_skinny.cu); launch_matvec sends them there, and
+// 9 to 16 tokens as two launches of 8.
+inline constexpr int kMinSkinnyTokens = 3;
+inline constexpr int kMaxSkinnyTokens = 8;
+bool skinny_takes(const Product& p);
+void launch_skinny(const Product& p);
 void launch_gemm_decode(const Product& p);
 
 // The tiled prefill gemm kernel: any n_tokens, cols % 32 == 0, alignment holds.

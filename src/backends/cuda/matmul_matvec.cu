@@ -61,6 +61,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/matmul_internal.cuh"
 #include "backends/cuda/stream_scratch.h"
+#include "backends/cuda/warp_reduce.cuh"
 #include "common/error.h"
 
 namespace m40::cuda::mm {
@@ -74,31 +75,6 @@ constexpr int kMatvecThreads = 128;
 constexpr int kMaxFactoredTokens = M40_MAX_FACTORED_TOKENS;
 static_assert(kMaxFactoredTokens >= 2, "the wide decoders serve 1 and 2 tokens, in factored form only");
 
-
-// Sums N values over the lanes of a group (shuffle offsets O, O/2, .. 1;
-// lanes = 2 O): each step sends half of the values a lane still holds to its
-// partner and keeps the other half. Afterwards, with N >= lanes, lane `sub`
-// holds the totals of elements sub * (N / lanes) + i in v[i]; with N < lanes,
-// v[0] is the total of element sub / (lanes / N).
-template <int N, int O>
-__device__ __forceinline__ void reduce_lanes(float* v, int sub) {
-  if constexpr (O >= 1) {
-    if constexpr (N > 1) {
-      constexpr int kHalf = N / 2;
-      const bool upper = (sub & O) != 0;
-#pragma unroll
-      for (int i = 0; i < kHalf; ++i) {
-        const float send = upper ? v[i] : v[i + kHalf];
-        const float keep = upper ? v[i + kHalf] : v[i];
-        v[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, O);
-      }
-      reduce_lanes<kHalf, O / 2>(v, sub);
-    } else {
-      v[0] += __shfl_xor_sync(0xFFFFFFFFu, v[0], O);
-      reduce_lanes<1, O / 2>(v, sub);
-    }
-  }
-}
 
 // Units of a lane-ordered group, and the floats between a unit's quarters.
 constexpr int kGroupUnits = 32;
@@ -376,24 +352,10 @@ __global__ void __launch_bounds__(kMatvecThreads,
 #pragma unroll
     for (int i = 0; i < kSums; ++i) acc[0][i] += acc[s][i];
   }
-  reduce_lanes<kSums, kWarpLanes / 2>(acc[0], warp_sub);
+  reduce_lanes_transposing<kSums, kWarpLanes / 2>(acc[0], warp_sub);
 
   auto store = [&](int element, float sum) {
-    const int t = element / kRows;
-    const int row = row0 + element % kRows;
-    if (t < n_tokens && row < rows) {
-      if (parts.n > 0) {  // a fused product: the part that holds the row
-        // (Constant indices: a loop over the parts put them on the stack.)
-        float* dst = parts.y[0];
-        int first = 0, end = parts.end[0];
-        if (parts.n > 1 && row >= parts.end[0]) dst = parts.y[1], first = parts.end[0], end = parts.end[1];
-        if (parts.n > 2 && row >= parts.end[1]) dst = parts.y[2], first = parts.end[1], end = parts.end[2];
-        dst[static_cast<size_t>(t) * static_cast<size_t>(end - first) + static_cast<size_t>(row - first)] = sum;
-        return;
-      }
-      const size_t index = static_cast<size_t>(t) * static_cast<size_t>(rows) + static_cast<size_t>(row);
-      y[index] = residual != nullptr ? residual[index] + sum : sum;
-    }
+    store_product_sum(parts, y, residual, rows, n_tokens, row0 + element % kRows, element / kRows, sum);
   };
   // Element e of the warp's totals: which lane holds it after the butterfly.
   constexpr int kPerLane = kSums >= kWarpLanes ? kSums / kWarpLanes : 1;
@@ -620,7 +582,16 @@ template <class Dec>
 inline constexpr bool kMatvecPast16 =
     std::is_same_v<Dec, DecodeQ8_0> || std::is_same_v<Dec, DecodeQ4_0> || std::is_same_v<Dec, DecodeIQ4_NL>;
 
+void launch_matvec_kernel(const Product& p) {
+  visit_decoder(p.type, [&](auto tag) { launch_for_tokens<typename decltype(tag)::type>(p); });
+}
+
 void launch_matvec(const Product& p) {
+  if (p.n_tokens <= 2 * kMaxSkinnyTokens && skinny_takes(p.token_slice(0, std::min(p.n_tokens, kMaxSkinnyTokens)))) {
+    if (p.n_tokens <= kMaxSkinnyTokens) return launch_skinny(p);
+    launch_skinny(p.token_slice(0, kMaxSkinnyTokens));
+    return launch_skinny(p.token_slice(kMaxSkinnyTokens, p.n_tokens - kMaxSkinnyTokens));
+  }
   visit_decoder(p.type, [&](auto tag) {
     using Dec = typename decltype(tag)::type;
     if (p.n_tokens <= kMaxMatvecKernelTokens) return launch_for_tokens<Dec>(p);

@@ -45,4 +45,32 @@ __device__ __forceinline__ float block_sum(float value, float* scratch) {
   return value;
 }
 
+
+// Sums N values over the lanes of a group (shuffle offsets O, O/2, .. 1;
+// lanes = 2 O) with a transposing butterfly: each step sends half of the
+// values a lane still holds to its partner and keeps the other half, so N
+// values over 32 lanes take N - 1 shuffles (N >= 32) instead of 5 N.
+// Afterwards, with N >= lanes, lane `sub` holds the totals of elements
+// sub * (N / lanes) + i in v[i]; with N < lanes, v[0] is the total of
+// element sub / (lanes / N).
+template <int N, int O>
+__device__ __forceinline__ void reduce_lanes_transposing(float* v, int sub) {
+  if constexpr (O >= 1) {
+    if constexpr (N > 1) {
+      constexpr int kHalf = N / 2;
+      const bool upper = (sub & O) != 0;
+#pragma unroll
+      for (int i = 0; i < kHalf; ++i) {
+        const float send = upper ? v[i] : v[i + kHalf];
+        const float keep = upper ? v[i + kHalf] : v[i];
+        v[i] = keep + __shfl_xor_sync(kFullWarpMask, send, O);
+      }
+      reduce_lanes_transposing<kHalf, O / 2>(v, sub);
+    } else {
+      v[0] += __shfl_xor_sync(kFullWarpMask, v[0], O);
+      reduce_lanes_transposing<1, O / 2>(v, sub);
+    }
+  }
+}
+
 }  // namespace m40::cuda
