@@ -254,17 +254,19 @@ constexpr int units_per_round() {
 // the grouped kernels that spilled at their plain cap take one block per SM
 // less (a cap for all of them cost 4-5% at 8 and 32 sequences of a
 // Qwen3-30B-A3B Q4_K_M on an H100).
+// The narrow lane groups of a grouped product (launch_wide: 16 or 32 lanes)
+// spilled at one token for Q4_K and Q6_K too.
 template <class Dec>
-constexpr int grouped_blocks_per_sm(int plain, bool grouped, int tokens) {
+constexpr int grouped_blocks_per_sm(int plain, bool grouped, int tokens, int lanes) {
   const bool spills = (std::is_same_v<Dec, DecodeQ2_KWide> && tokens == 1) ||
                       (std::is_same_v<Dec, DecodeQ4_0Wide> && tokens == 1) ||
-                      (std::is_same_v<Dec, DecodeQ3_KWide> && tokens == 2);
+                      (std::is_same_v<Dec, DecodeQ3_KWide> && tokens == 2) || (lanes < 64 && tokens == 1);
   return grouped && spills ? plain - 1 : plain;
 }
 
 template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound, bool kLaneOrder, bool kGrouped>
 __global__ void __launch_bounds__(kMatvecThreads,
-                                  grouped_blocks_per_sm<Dec>(min_blocks_per_sm<Dec>(kTokens, kRows), kGrouped, kTokens))
+                                  grouped_blocks_per_sm<Dec>(min_blocks_per_sm<Dec>(kTokens, kRows), kGrouped, kTokens, kLanes))
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
                   int x_stride, int n_tokens, float* y, const float* residual, OutputParts parts,
                   ExpertGrouping grouping) {
@@ -442,6 +444,19 @@ void launch(const Product& p) {
   M40_CUDA_CHECK_LAUNCH();
 }
 
+// A grouped product only (no plain instantiation): the narrow lane groups
+// of launch_wide.
+template <class Dec, int kTokens, int kRows, int kLanes>
+void launch_grouped(const Product& p) {
+  static_assert(kTokens <= kMaxExpertMatvecTokens, "grouped products take the decode kernel up to 4 tokens");
+  constexpr int kRowsPerBlock = kMatvecThreads / kLanes * kRows;
+  const dim3 blocks((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, p.grouping.n_items);
+  constexpr int kRound = units_per_round<Dec, kTokens, kRows>();
+  matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, false, true><<<blocks, kMatvecThreads, 0, p.stream>>>(
+      p.w, p.row_bytes, p.rows, p.cols, p.x, p.cols, p.n_tokens, p.y, p.residual, p.parts, p.grouping);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
 // Rows a block computes together: each x load serves all of them. Four
 // halve the x traffic of two (1.6x faster at 8 tokens on an H200, a little
 // at 1); Q5_K and Q6_K keep two, whose decoders need the registers (their
@@ -534,11 +549,16 @@ struct WideDecoder<DecodeIQ4_XS> {
 
 // A wide decoder's product: groups of 64 lanes when a row has at most 64
 // units (a 4096-wide Q6_K row has 64 units of 64 values: 128 lanes would
-// leave half idle), else the whole block.
+// leave half idle), else the whole block. A grouped product's narrow rows
+// (an expert's down product: 768 columns of Qwen3-30B-A3B are 24 Q4_K or
+// 12 Q6_K wide units) take groups of 32 or 16 lanes.
 template <class Wide, int kTokens>
 void launch_wide(const Product& p) {
   constexpr int kRows = rows_for_few_tokens<Wide, kTokens>();
-  if (p.cols / Wide::kUnit <= 64) return launch<Wide, kTokens, kRows, 64>(p);
+  const int units = p.cols / Wide::kUnit;
+  if (p.grouping.items != nullptr && units <= 16) return launch_grouped<Wide, kTokens, kRows, 16>(p);
+  if (p.grouping.items != nullptr && units <= 32) return launch_grouped<Wide, kTokens, kRows, 32>(p);
+  if (units <= 64) return launch<Wide, kTokens, kRows, 64>(p);
   launch<Wide, kTokens, kRows, kMatvecThreads>(p);
 }
 
@@ -558,8 +578,18 @@ void launch_for_tokens(const Product& p) {
     if (p.n_tokens <= 1) return launch_wide<Wide, 1>(p);
     if (p.n_tokens <= 2) return launch_wide<Wide, 2>(p);
   } else {
-    if (p.n_tokens <= 1) return launch<Dec, 1, rows_for_few_tokens<Dec, 1>(), kLanes>(p);
-    if (p.n_tokens <= 2) return launch<Dec, 2, rows_for_few_tokens<Dec, 2>(), kLanes>(p);
+    // A grouped product's rows of at most 64 units (an expert's down
+    // product: 768 columns of Qwen3-30B-A3B are 48 Q8_0 units) take groups
+    // of 64 lanes, as the wide decoders do.
+    const bool narrow = p.grouping.items != nullptr && p.cols / Dec::kUnit <= 64;
+    if (p.n_tokens <= 1) {
+      if (narrow) return launch_grouped<Dec, 1, rows_for_few_tokens<Dec, 1>(), 64>(p);
+      return launch<Dec, 1, rows_for_few_tokens<Dec, 1>(), kLanes>(p);
+    }
+    if (p.n_tokens <= 2) {
+      if (narrow) return launch_grouped<Dec, 2, rows_for_few_tokens<Dec, 2>(), 64>(p);
+      return launch<Dec, 2, rows_for_few_tokens<Dec, 2>(), kLanes>(p);
+    }
   }
   if (p.n_tokens <= 4) return launch<Dec, 4, kRows, kLanes>(p);
   if (p.n_tokens <= 8) return launch<Dec, 8, kRows, kLanes>(p);

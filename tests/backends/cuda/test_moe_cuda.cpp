@@ -344,6 +344,13 @@ TEST(MoeCuda, GroupedProductsMatchTheCpuInEveryType) {
     expect_grouped_product(type, 96, cols, 16, 32, 4, pool);
     expect_grouped_product(type, 130, cols, 16, 160, 2, pool);
     expect_grouped_product(type, 64, cols, 4, 40, 2, pool);
+    // Rows of every width class of the decode kernel's lane groups (16, 32,
+    // 64 or 128 lanes a row by its units; an expert's down product of
+    // Qwen3-30B-A3B has 768 columns), at items of one and two tokens.
+    for (const int64_t wide_cols : {int64_t{768}, int64_t{2304}}) {
+      expect_grouped_product(type, 64, wide_cols, 16, 1, 2, pool, true);
+      expect_grouped_product(type, 64, wide_cols, 16, 12, 2, pool);
+    }
   }
 }
 
