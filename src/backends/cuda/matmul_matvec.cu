@@ -53,6 +53,9 @@
 // kernel with a single token tile (matmul_gemm.cu), which reads every weight
 // once, except for the 2-byte-aligned block formats (Q8_0, Q4_0, IQ4_NL),
 // whose tile loads cost more than a second matvec launch (kMatvecPast16).
+// Q4_K at 3 to 16 tokens takes the skinny kernel instead (matmul_skinny.cu),
+// and a grouped product's narrow rows lane groups of their width
+// (launch_wide, launch_for_tokens).
 #include <algorithm>
 #include <string>
 #include <type_traits>
