@@ -347,7 +347,7 @@ TEST(MoeCuda, GroupedProductsMatchTheCpuInEveryType) {
     // Rows of every width class of the decode kernel's lane groups (16, 32,
     // 64 or 128 lanes a row by its units; an expert's down product of
     // Qwen3-30B-A3B has 768 columns), at items of one and two tokens.
-    for (const int64_t wide_cols : {int64_t{768}, int64_t{2304}}) {
+    for (const int64_t wide_cols : {int64_t{768}, int64_t{2048}, int64_t{2304}}) {
       expect_grouped_product(type, 64, wide_cols, 16, 1, 2, pool, true);
       expect_grouped_product(type, 64, wide_cols, 16, 12, 2, pool);
     }
