@@ -300,6 +300,23 @@ struct Shape {
 
 }  // namespace
 
+// The internal launchers' argument for copy i of buf (a shape x cols
+// product of n tokens).
+m40::cuda::mm::Product internal_product(const Buffers& buf, TensorType type, const Shape& shape, int i, int n,
+                                        cudaStream_t stream) {
+  m40::cuda::mm::Product p;
+  p.type = type;
+  p.w = static_cast<const uint8_t*>(buf.copy(i).data);
+  p.row_bytes = buf.weight.row_bytes;
+  p.rows = static_cast<int>(shape.rows);
+  p.cols = static_cast<int>(shape.cols);
+  p.x = buf.x(i);
+  p.n_tokens = n;
+  p.y = buf.y(i);
+  p.stream = stream;
+  return p;
+}
+
 // --profile N: one product each of F16, Q8_0 and Q4_K (11008 x 4096, N tokens,
 // through matmul(): the matvec kernel up to 16 tokens, the gemm kernel above)
 // and nothing else, for a profiler (ncu --kernel-name regex:matvec|gemm).
@@ -409,24 +426,12 @@ int main(int argc, char** argv) {
       // The skinny kernel (Q4_K, eight rows a lane; 16 and 32 tokens as
       // launches of 8) against the matvec kernel and the decode tile.
       std::printf("### skinny Q4_K kernel against the kernels before it (us per product)\n\n");
-      std::printf("| rows x cols | batch | matvec kernel | decode tile | skinny | skinny GFLOP/s, %% of FMA peak |\n");
+      std::printf("| rows x cols | batch | matvec kernel | decode tile | skinny, launches of 8 | skinny GFLOP/s, %% of FMA peak |\n");
       std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
       for (const Shape& shape : shapes) {
         const Buffers buf(TensorType::Q4_K, shape.rows, shape.cols, 32, l2);
-        auto product = [&](int i, int n) {
-          m40::cuda::mm::Product p;
-          p.type = TensorType::Q4_K;
-          p.w = static_cast<const uint8_t*>(buf.copy(i).data);
-          p.row_bytes = buf.weight.row_bytes;
-          p.rows = static_cast<int>(shape.rows);
-          p.cols = static_cast<int>(shape.cols);
-          p.x = buf.x(i);
-          p.n_tokens = n;
-          p.y = buf.y(i);
-          p.stream = stream;
-          return p;
-        };
-        for (const int n : {4, 8, 16, 32}) {
+        auto product = [&](int i, int n) { return internal_product(buf, TensorType::Q4_K, shape, i, n, stream); };
+        for (const int n : {4, 8, 12, 16, 24, 32}) {
           std::string matvec_us = "-";
           if (n <= m40::cuda::mm::kMaxMatvecKernelTokens) {
             const double ms = time_graph_ms(stream, buf.copies, 15, [&](int i) { m40::cuda::mm::launch_matvec_kernel(product(i, n)); });
@@ -434,6 +439,7 @@ int main(int argc, char** argv) {
           }
           const double tile_ms =
               time_graph_ms(stream, buf.copies, 15, [&](int i) { m40::cuda::mm::launch_gemm_decode(product(i, n)); });
+          // The skinny kernel in launches of up to 8 tokens.
           const double skinny_ms = time_graph_ms(stream, buf.copies, 15, [&](int i) {
             const auto p = product(i, n);
             for (int t = 0; t < n; t += m40::cuda::mm::kMaxSkinnyTokens) {
@@ -461,19 +467,7 @@ int main(int argc, char** argv) {
       for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q3_K,
                                     TensorType::Q5_0, TensorType::Q4_1, TensorType::IQ4_XS}) {
         const Buffers buf(type, shape.rows, shape.cols, 32, l2);
-        auto product = [&](int i, int n) {
-          m40::cuda::mm::Product p;
-          p.type = type;
-          p.w = static_cast<const uint8_t*>(buf.copy(i).data);
-          p.row_bytes = buf.weight.row_bytes;
-          p.rows = static_cast<int>(shape.rows);
-          p.cols = static_cast<int>(shape.cols);
-          p.x = buf.x(i);
-          p.n_tokens = n;
-          p.y = buf.y(i);
-          p.stream = stream;
-          return p;
-        };
+        auto product = [&](int i, int n) { return internal_product(buf, type, shape, i, n, stream); };
         for (const int n : {4, 8, 12, 16, 24, 32}) {
           std::string matvec_us = "-";
           if (n <= m40::cuda::mm::kMaxMatvecKernelTokens) {

@@ -162,11 +162,13 @@ void launch_matvec(const Product& p);
 // launch_matvec would choose: for the bench.
 void launch_matvec_kernel(const Product& p);
 
-// Q4_K decode products of kMinSkinnyTokens..kMaxSkinnyTokens tokens with
-// eight rows a lane (matmul_skinny.cu); launch_matvec sends them there, and
-// 9 to 16 tokens as two launches of 8.
+// Q4_K decode products with eight rows a lane (matmul_skinny.cu):
+// launch_matvec sends those of kMinSkinnyTokens..kMaxSkinnyProductTokens
+// tokens there (skinny_takes), in launches of up to kMaxSkinnyTokens
+// (launch_skinny takes 1 to kMaxSkinnyTokens, plain Q4_K products only).
 inline constexpr int kMinSkinnyTokens = 3;
 inline constexpr int kMaxSkinnyTokens = 8;
+inline constexpr int kMaxSkinnyProductTokens = 16;
 bool skinny_takes(const Product& p);
 void launch_skinny(const Product& p);
 void launch_gemm_decode(const Product& p);

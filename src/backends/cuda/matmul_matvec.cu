@@ -628,10 +628,11 @@ void launch_matvec_kernel(const Product& p) {
 }
 
 void launch_matvec(const Product& p) {
-  if (p.n_tokens <= 2 * kMaxSkinnyTokens && skinny_takes(p.token_slice(0, std::min(p.n_tokens, kMaxSkinnyTokens)))) {
-    if (p.n_tokens <= kMaxSkinnyTokens) return launch_skinny(p);
-    launch_skinny(p.token_slice(0, kMaxSkinnyTokens));
-    return launch_skinny(p.token_slice(kMaxSkinnyTokens, p.n_tokens - kMaxSkinnyTokens));
+  if (skinny_takes(p)) {  // in launches of up to kMaxSkinnyTokens
+    for (int t = 0; t < p.n_tokens; t += kMaxSkinnyTokens) {
+      launch_skinny(p.token_slice(t, std::min(kMaxSkinnyTokens, p.n_tokens - t)));
+    }
+    return;
   }
   visit_decoder(p.type, [&](auto tag) {
     using Dec = typename decltype(tag)::type;

@@ -37,12 +37,14 @@
 // stays faster (52 against 65 us at 4096x4096).
 #include <algorithm>
 #include <cstddef>
+#include <string>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/matmul_internal.cuh"
 #include "backends/cuda/stream_scratch.h"
 #include "backends/cuda/warp_reduce.cuh"
+#include "common/error.h"
 
 namespace m40::cuda::mm {
 
@@ -278,10 +280,15 @@ void launch_skinny_tokens(const Product& p) {
 
 bool skinny_takes(const Product& p) {
   return p.type == gguf::TensorType::Q4_K && p.grouping.items == nullptr && p.n_tokens >= kMinSkinnyTokens &&
-         p.n_tokens <= kMaxSkinnyTokens;
+         p.n_tokens <= kMaxSkinnyProductTokens;
 }
 
 void launch_skinny(const Product& p) {
+  // (One or two tokens arrive as the rest of a product of 9 or 10.)
+  if (p.type != gguf::TensorType::Q4_K || p.grouping.items != nullptr || p.n_tokens < 1 ||
+      p.n_tokens > kMaxSkinnyTokens) {
+    throw Error("the skinny kernel takes plain Q4_K products of 1 to " + std::to_string(kMaxSkinnyTokens) + " tokens");
+  }
   if (p.n_tokens <= 4) return launch_skinny_tokens<4>(p);
   launch_skinny_tokens<8>(p);
 }
