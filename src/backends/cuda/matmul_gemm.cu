@@ -307,6 +307,19 @@ int decode_splits(const Product& p) {
   return splits;
 }
 
+// K splits for a prompt product whose 128 x 64 tiles fill under half of the
+// SMs (a 128-row MoE router or the K and V of a few KV heads at a 512-token
+// prompt: 8 to 32 tiles for 132 SMs): parts enough for the resident blocks
+// (two an SM), each at least 4 K steps, at most 16; none without a
+// stream-ordered pool for the partial sums.
+int prefill_splits(const Product& p) {
+  const int tiles = (p.rows + ShortPrefillShape::kTileRows - 1) / ShortPrefillShape::kTileRows *
+                    ((p.n_tokens + ShortPrefillShape::kTileTokens - 1) / ShortPrefillShape::kTileTokens);
+  const int sms = current_multiprocessor_count();
+  if (2 * tiles > sms || !scratch_pool_ready(p.stream)) return 1;
+  return std::max(1, std::min({2 * sms / tiles, 16, p.cols / ShortPrefillShape::kTileK / 4}));
+}
+
 }  // namespace
 
 void launch_gemm(const Product& p) {
@@ -324,7 +337,7 @@ void launch_gemm(const Product& p) {
                           ((p.n_tokens + PrefillShape::kTileTokens - 1) / PrefillShape::kTileTokens);
     const int waves = (tiles_128 + sms - 1) / sms;
     if (p.n_tokens <= ShortPrefillShape::kTileTokens || 10 * waves * sms >= 13 * tiles_128) {
-      return launch_shape<Dec, ShortPrefillShape>(p);
+      return launch_shape<Dec, ShortPrefillShape>(p, prefill_splits(p));
     }
     launch_shape<Dec, PrefillShape>(p);
   });
