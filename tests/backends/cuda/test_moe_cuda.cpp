@@ -228,6 +228,11 @@ TEST(MoeCuda, GroupingOrdersSlotsByExpertAndCutsItems) {
     expect_grouping(random_choices(513, 8, 128, 3), 8, 128, item_tokens);  // 4104 slots: many ballot rounds
     expect_grouping(random_choices(40, 2, 8, 4), 2, 8, item_tokens);
     expect_grouping(random_choices(3, 3, 1000, 5), 3, 1000, item_tokens);
+    // Past 64 slots: each warp's range placed from its counts where those fit
+    // in shared memory (256 experts), the ballot passes where they do not
+    // (700 experts: 16 warps' counts take 44.8 KB).
+    expect_grouping(random_choices(200, 3, 256, 6), 3, 256, item_tokens);
+    expect_grouping(random_choices(200, 3, 700, 7), 3, 700, item_tokens);
   }
 }
 
