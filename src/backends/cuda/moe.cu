@@ -186,6 +186,17 @@ __device__ __forceinline__ void mark_spare_items(const int* first_item, int n_ex
   }
 }
 
+// The grouping's ints in the block's shared memory (group_shared_ints):
+// count[n_expert], first_row[n_expert], first_item[n_expert + 1].
+struct GroupInts {
+  int* count;
+  int* first_row;
+  int* first_item;
+};
+__device__ __forceinline__ GroupInts group_ints(int* shared, int n_expert) {
+  return {shared, shared + n_expert, shared + 2 * n_expert};
+}
+
 // After the slots are placed (sorted_slots, visible to the block): each
 // expert's rows cut into items of item_tokens, a warp per expert, and the
 // grid's spare items marked empty.
@@ -216,9 +227,7 @@ __device__ __forceinline__ void cut_items(const int* count, const int* first_row
 __device__ void group_slots(const int32_t* ids, int n_slots, int n_expert, int k, int item_tokens, int n_items,
                             int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows,
                             ExpertItem* __restrict__ items, int* shared) {
-  int* count = shared;                     // [n_expert]
-  int* first_row = count + n_expert;       // [n_expert]
-  int* first_item = first_row + n_expert;  // [n_expert + 1]
+  const auto [count, first_row, first_item] = group_ints(shared, n_expert);
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int n_warps = static_cast<int>(blockDim.x) / kWarpSize;
@@ -267,9 +276,7 @@ __device__ void group_slots(const int32_t* ids, int n_slots, int n_expert, int k
 __device__ void group_slots_by_ranges(const int32_t* ids, int n_slots, int n_expert, int k, int item_tokens,
                                       int n_items, int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows,
                                       ExpertItem* __restrict__ items, int* shared, int* warp_counts) {
-  int* count = shared;                     // [n_expert]
-  int* first_row = count + n_expert;       // [n_expert]
-  int* first_item = first_row + n_expert;  // [n_expert + 1]
+  const auto [count, first_row, first_item] = group_ints(shared, n_expert);
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int n_warps = static_cast<int>(blockDim.x) / kWarpSize;
@@ -331,9 +338,7 @@ __device__ void group_slots_by_ranges(const int32_t* ids, int n_slots, int n_exp
 __device__ void group_few_slots(const int32_t* ids, int n_slots, int n_expert, int k, int item_tokens, int n_items,
                                 int32_t* __restrict__ sorted_slots, int32_t* __restrict__ slot_rows,
                                 ExpertItem* __restrict__ items, int* shared) {
-  int* count = shared;                     // [n_expert]
-  int* first_row = count + n_expert;       // [n_expert]
-  int* first_item = first_row + n_expert;  // [n_expert + 1]
+  const auto [count, first_row, first_item] = group_ints(shared, n_expert);
   for (int e = static_cast<int>(threadIdx.x); e < n_expert; e += static_cast<int>(blockDim.x)) {
     int c = 0;
     for (int s = 0; s < n_slots; ++s) c += ids[s] == e;
