@@ -408,6 +408,19 @@ __global__ void permute_x_kernel(const float* __restrict__ x, int n_tokens, int 
   }
 }
 
+// A grouped product only (no plain instantiation): launch's grouped
+// branch, and the narrow lane groups of launch_wide and launch_few_tokens.
+template <class Dec, int kTokens, int kRows, int kLanes>
+void launch_grouped(const Product& p) {
+  static_assert(kTokens <= kMaxExpertMatvecTokens, "grouped products take the decode kernel up to 4 tokens");
+  constexpr int kRowsPerBlock = kMatvecThreads / kLanes * kRows;
+  const dim3 blocks((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, p.grouping.n_items);
+  constexpr int kRound = units_per_round<Dec, kTokens, kRows>();
+  matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, false, true><<<blocks, kMatvecThreads, 0, p.stream>>>(
+      p.w, p.row_bytes, p.rows, p.cols, p.x, p.cols, p.n_tokens, p.y, p.residual, p.parts, p.grouping);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
 template <class Dec, int kTokens, int kRows, int kLanes>
 void launch(const Product& p) {
   constexpr int kRowsPerBlock = kMatvecThreads / kLanes * kRows;
@@ -434,28 +447,10 @@ void launch(const Product& p) {
     }
   }
   if (p.grouping.items != nullptr) {
-    if constexpr (kTokens <= kMaxExpertMatvecTokens) {
-      matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, false, true><<<blocks, kMatvecThreads, 0, p.stream>>>(
-          p.w, p.row_bytes, p.rows, p.cols, p.x, p.cols, p.n_tokens, p.y, p.residual, p.parts, p.grouping);
-      M40_CUDA_CHECK_LAUNCH();
-      return;
-    }
+    if constexpr (kTokens <= kMaxExpertMatvecTokens) return launch_grouped<Dec, kTokens, kRows, kLanes>(p);
     throw Error("grouped products take the decode kernel up to " + std::to_string(kMaxExpertMatvecTokens) + " tokens");
   }
   matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, false, false><<<blocks, kMatvecThreads, 0, p.stream>>>(
-      p.w, p.row_bytes, p.rows, p.cols, p.x, p.cols, p.n_tokens, p.y, p.residual, p.parts, p.grouping);
-  M40_CUDA_CHECK_LAUNCH();
-}
-
-// A grouped product only (no plain instantiation): the narrow lane groups
-// of launch_wide.
-template <class Dec, int kTokens, int kRows, int kLanes>
-void launch_grouped(const Product& p) {
-  static_assert(kTokens <= kMaxExpertMatvecTokens, "grouped products take the decode kernel up to 4 tokens");
-  constexpr int kRowsPerBlock = kMatvecThreads / kLanes * kRows;
-  const dim3 blocks((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, p.grouping.n_items);
-  constexpr int kRound = units_per_round<Dec, kTokens, kRows>();
-  matvec_kernel<Dec, kTokens, kRows, kLanes, kRound, false, true><<<blocks, kMatvecThreads, 0, p.stream>>>(
       p.w, p.row_bytes, p.rows, p.cols, p.x, p.cols, p.n_tokens, p.y, p.residual, p.parts, p.grouping);
   M40_CUDA_CHECK_LAUNCH();
 }
@@ -568,6 +563,21 @@ void launch_wide(const Product& p) {
   launch<Wide, kTokens, kRows, kMatvecThreads>(p);
 }
 
+// One or two tokens of a decoder without a wide form: the whole block's
+// lanes, or for a grouped product lane groups of half the rows' units, as
+// launch_wide does: 32 lanes up to 64 units (an expert's down product: 768
+// columns of Qwen3-30B-A3B are 48 Q8_0 units), 64 up to 128 (its gate/up,
+// 2048 columns). Qwen3-30B-A3B Q8_0 on an H100 against 64 lanes up to 64
+// units and 128 above: 8 sequences +5%, 32 +10%.
+template <class Dec, int kTokens>
+void launch_few_tokens(const Product& p) {
+  constexpr int kRows = rows_for_few_tokens<Dec, kTokens>();
+  const int units = p.cols / Dec::kUnit;
+  if (p.grouping.items != nullptr && units <= 64) return launch_grouped<Dec, kTokens, kRows, 32>(p);
+  if (p.grouping.items != nullptr && units <= 128) return launch_grouped<Dec, kTokens, kRows, 64>(p);
+  launch<Dec, kTokens, kRows, kMatvecThreads>(p);
+}
+
 // The whole block (4 warps) shares its rows, every lane taking a few units
 // of each: a lane has one or two rounds of loads, so the product takes about
 // one memory latency plus its bytes over the bandwidth, instead of the
@@ -584,23 +594,8 @@ void launch_for_tokens(const Product& p) {
     if (p.n_tokens <= 1) return launch_wide<Wide, 1>(p);
     if (p.n_tokens <= 2) return launch_wide<Wide, 2>(p);
   } else {
-    // A grouped product's rows take lane groups of half their units, as
-    // the wide decoders do: 32 lanes up to 64 units (an expert's down
-    // product: 768 columns of Qwen3-30B-A3B are 48 Q8_0 units), 64 up to 128
-    // (its gate/up, 2048 columns). Qwen3-30B-A3B Q8_0 on an H100 against 64
-    // lanes up to 64 units and 128 above: 8 sequences +5%, 32 +10%.
-    const bool grouped = p.grouping.items != nullptr;
-    const int units = p.cols / Dec::kUnit;
-    if (p.n_tokens <= 1) {
-      if (grouped && units <= 64) return launch_grouped<Dec, 1, rows_for_few_tokens<Dec, 1>(), 32>(p);
-      if (grouped && units <= 128) return launch_grouped<Dec, 1, rows_for_few_tokens<Dec, 1>(), 64>(p);
-      return launch<Dec, 1, rows_for_few_tokens<Dec, 1>(), kLanes>(p);
-    }
-    if (p.n_tokens <= 2) {
-      if (grouped && units <= 64) return launch_grouped<Dec, 2, rows_for_few_tokens<Dec, 2>(), 32>(p);
-      if (grouped && units <= 128) return launch_grouped<Dec, 2, rows_for_few_tokens<Dec, 2>(), 64>(p);
-      return launch<Dec, 2, rows_for_few_tokens<Dec, 2>(), kLanes>(p);
-    }
+    if (p.n_tokens <= 1) return launch_few_tokens<Dec, 1>(p);
+    if (p.n_tokens <= 2) return launch_few_tokens<Dec, 2>(p);
   }
   if (p.n_tokens <= 4) return launch<Dec, 4, kRows, kLanes>(p);
   if (p.n_tokens <= 8) return launch<Dec, 8, kRows, kLanes>(p);

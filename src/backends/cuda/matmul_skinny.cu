@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(kSkinnyThreads, kSkinnyBlocksPerSm)
   constexpr int kSums = kTokens * kRowsPerWarp;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int row0 = static_cast<int>(blockIdx.x) * kSkinnyRows + warp * kRowsPerWarp;  // the warp's rows
+  const int row_tile = static_cast<int>(blockIdx.x) * kSkinnyRows;
+  const int row0 = row_tile + warp * kRowsPerWarp;  // the warp's rows
   const int g = lane / 8;
   const int col_low = 64 * g + 4 * (lane % 8);  // the lane's low-nibble columns in a block; high: + 32
 
@@ -155,7 +156,6 @@ __global__ void __launch_bounds__(kSkinnyThreads, kSkinnyBlocksPerSm)
   const int first = blocks_per_row * split / splits;
   const int end = blocks_per_row * (split + 1) / splits;
 
-  const int row_tile = static_cast<int>(blockIdx.x) * kSkinnyRows;
   const float* x_lane = x + static_cast<size_t>(first) * BlockQ4_K::kValues + col_low;
   const size_t x_stride = static_cast<size_t>(cols);
   const int last_token = n_tokens - 1;
