@@ -20,10 +20,23 @@ inline constexpr int kKvBlockSize = 16;
 // Blocks a sequence of `n_positions` positions needs.
 M40_HOST_DEVICE constexpr int kv_blocks_for(int n_positions) { return (n_positions + kKvBlockSize - 1) / kKvBlockSize; }
 
+// Positions and block ids are never negative: the unsigned forms below
+// divide by shifts (the attention kernels compute a row per key).
+
+// The entry of a block table that holds position `pos`.
+M40_HOST_DEVICE constexpr int kv_block_index(int pos) {
+  return static_cast<int>(static_cast<uint32_t>(pos) / kKvBlockSize);
+}
+
+// The pool row of position `pos` when `block` (its table entry) holds it.
+M40_HOST_DEVICE constexpr uint32_t kv_row_in_block(int32_t block, int pos) {
+  return static_cast<uint32_t>(block) * kKvBlockSize + static_cast<uint32_t>(pos) % kKvBlockSize;
+}
+
 // The pool row (block * kKvBlockSize + offset) of position `pos` of the
 // sequence whose block table is `table`.
 M40_HOST_DEVICE inline int64_t kv_row(const int32_t* table, int pos) {
-  return static_cast<int64_t>(table[pos / kKvBlockSize]) * kKvBlockSize + pos % kKvBlockSize;
+  return kv_row_in_block(table[kv_block_index(pos)], pos);
 }
 
 }  // namespace m40::backend

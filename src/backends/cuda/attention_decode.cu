@@ -124,11 +124,13 @@ struct HeadLanes {
       b += __shfl_xor_sync(kFullWarpMask, up ? dot[1] : dot[3], high);
       const bool up2 = (lane & low) != 0;
       float sum = (up2 ? b : a) + __shfl_xor_sync(kFullWarpMask, up2 ? a : b, low);
+#pragma unroll
       for (int offset = low >> 1; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
       return sum;
     } else if constexpr (HB == 2) {
       const bool up = (lane & high) != 0;
       float sum = (up ? dot[1] : dot[0]) + __shfl_xor_sync(kFullWarpMask, up ? dot[0] : dot[1], high);
+#pragma unroll
       for (int offset = high >> 1; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
       return sum;
     } else {
@@ -150,8 +152,11 @@ struct HeadLanes {
 };
 
 // Rows: the cache type (F16Rows, Q8Rows); C: values per lane load (8 or 4);
-// HB: query heads per block (1, 2 or 4); kCap: soft-capped scores. Grid: x =
-// split + n_splits * (head group), y = token.
+// HB: query heads per block (1, 2 or 4); kCap: soft-capped scores; kLanes:
+// lanes per key when known at compile time (16: head dims 72..128 in pieces
+// of 8, the common case), else 0 and a.lanes_per_key (the shuffle loops
+// then run with run-time bounds and divergence checks). Grid: x = split +
+// n_splits * (head group), y = token.
 //
 // Each warp walks its own keys of the part with its own online softmax, so
 // the loop has no block-wide barrier: a lane slot (L lanes, one key) takes
@@ -161,7 +166,7 @@ struct HeadLanes {
 // warps' (max, sum, output) are merged once at the end. At most 128
 // registers (4 blocks per multiprocessor): the 4-head variant takes 139 on
 // sm_90 uncapped, and 3 blocks; no spills at the cap.
-template <class Rows, int C, int HB, bool kCap>
+template <class Rows, int C, int HB, bool kCap, int kLanes>
 __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(DecodeArgs a) {
   constexpr int U = kKeysPerSlot;
   using Vec = typename Rows::template Vec<C>;
@@ -197,7 +202,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(Dec
 
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int L = a.lanes_per_key;
+  const int L = kLanes > 0 ? kLanes : a.lanes_per_key;
   const int sub = lane & (L - 1);  // which piece of the row
   const int slot = lane / L;       // which key of the warp's step
   const int slots = kWarpSize / L;
@@ -219,26 +224,27 @@ __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(Dec
     }
   }
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks;
-  const int64_t head_offset = static_cast<int64_t>(kvh) * a.head_dim + d0;
-  const typename Rows::Head k_rows = Rows::head(a.k, head_offset);
-  const typename Rows::Head v_rows = Rows::head(a.v, head_offset);
+  // Lanes past head_dim read the head's first piece (their q is zero and
+  // their sums are not stored), so that every lane loads without a branch.
+  const int64_t head_offset = static_cast<int64_t>(kvh) * a.head_dim + (has_dims ? d0 : 0);
+  const typename Rows::Piece k_piece = Rows::piece(a.k, head_offset, a.kv_dim);
+  const typename Rows::Piece v_piece = Rows::piece(a.v, head_offset, a.kv_dim);
 
   // The warp's keys: iteration base j0 covers j0 + u * slots + slot, u < U;
   // the warps interleave by iteration.
   const int per_iteration = slots * U;
   const int stride = kDecodeWarps * per_iteration;
-  const auto fetch = [&](int j0, Vec* k_vec, Vec* v_vec) {
+  // Pool rows in 32-bit unsigned math (positions and block ids are not
+  // negative); the table is read through the read-only cache, where a
+  // warp's keys share their block's entry. A key past the part's end reads
+  // the last key's row again (its score is -inf, its weight 0).
+  const auto fetch = [&](int j0, Vec (&k_vec)[U], Vec (&v_vec)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int j = j0 + u * slots + slot;
-      if (has_dims && j < end) {
-        const int64_t e = backend::kv_row(table, j) * a.kv_dim;
-        k_vec[u].load(k_rows, e);
-        v_vec[u].load(v_rows, e);
-      } else {
-        k_vec[u].zero();
-        v_vec[u].zero();
-      }
+      const int j = min(j0 + u * slots + slot, end - 1);
+      const uint32_t row = backend::kv_row_in_block(__ldg(table + backend::kv_block_index(j)), j);
+      k_vec[u].load(k_piece, row);
+      v_vec[u].load(v_piece, row);
     }
   };
 
@@ -253,14 +259,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(Dec
     for (int c = 0; c < C; ++c) acc[h][c] = 0.0f;
   }
   const HeadLanes<HB> heads(lane, L);
-  Vec k_cur[U], v_cur[U];
-  int j0 = begin + warp * per_iteration;
-  if (j0 < end) fetch(j0, k_cur, v_cur);
-  // j0 is uniform over the warp: the shuffles inside need all 32 lanes.
-  for (; j0 < end; j0 += stride) {
-    Vec k_next[U], v_next[U];
-    if (j0 + stride < end) fetch(j0 + stride, k_next, v_next);
+  // Scores times this are in base-2 units (the cap needs them unscaled).
+  const float score_scale = kCap ? a.scale : a.scale * kLog2e;
 
+  // One iteration's math on the keys j0 + u * slots + slot held in k_cur
+  // and v_cur.
+  const auto attend = [&](int j0, const Vec (&k_cur)[U], const Vec (&v_cur)[U]) {
     float s[U];  // the own head's scores
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -273,9 +277,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(Dec
 #pragma unroll
         for (int c = 0; c < C; ++c) dot[h] = fmaf(qr[h][c], kf[c], dot[h]);
       }
-      float score = heads.reduce(dot) * a.scale;
-      if constexpr (kCap) score = a.softcap * tanhf(score / a.softcap);
-      s[u] = j0 + u * slots + slot < end ? score * kLog2e : -INFINITY;
+      float score = heads.reduce(dot) * score_scale;
+      if constexpr (kCap) score = a.softcap * tanhf(score / a.softcap) * kLog2e;
+      s[u] = j0 + u * slots + slot < end ? score : -INFINITY;
     }
     // The running max moves to this iteration's largest score (finite: key
     // j0 is always valid); what was summed so far is rescaled by
@@ -283,6 +287,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(Dec
     float mx = s[0];
 #pragma unroll
     for (int u = 1; u < U; ++u) mx = fmaxf(mx, s[u]);
+#pragma unroll
     for (int offset = L; offset < kWarpSize; offset *= 2) {
       mx = fmaxf(mx, __shfl_xor_sync(kFullWarpMask, mx, offset));
     }
@@ -311,6 +316,18 @@ __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(Dec
         for (int c = 0; c < C; ++c) acc[h][c] = fmaf(p, vf[c], acc[h][c]);
       }
     }
+  };
+
+  // Two register sets in turn (no copies between iterations): while one
+  // iteration's keys are attended, the next one's are in flight. j0 is
+  // uniform over the warp: the shuffles inside need all 32 lanes.
+  Vec k_cur[U], v_cur[U];
+  int j0 = begin + warp * per_iteration;
+  if (j0 < end) fetch(j0, k_cur, v_cur);
+  for (; j0 < end; j0 += stride) {
+    Vec k_next[U], v_next[U];
+    if (j0 + stride < end) fetch(j0 + stride, k_next, v_next);
+    attend(j0, k_cur, v_cur);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       k_cur[u] = k_next[u];
@@ -319,6 +336,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(Dec
   }
 
   // The slots of a warp share its maxima: their sums and outputs just add.
+#pragma unroll
   for (int offset = L; offset < kWarpSize; offset *= 2) {
     l_own += __shfl_xor_sync(kFullWarpMask, l_own, offset);
 #pragma unroll
@@ -369,13 +387,20 @@ __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(Dec
 }
 
 constexpr int kCombineThreads = 128;
+constexpr int kCombineBatch = 16;  // parts whose loads a thread issues before adding them
 
 // Merges the parts of one (token, query head): out = sum_s w_s acc_s /
 // sum_s w_s l_s with w_s = 2^(m_s - max m) (the maxima are base-2 scores).
-// Grid: x = head, y = token.
+// Grid: x = head, y = token. A thread takes one group of four dimensions
+// of every G-th part (G = the threads over head_dim / 4: 4 for head_dim
+// 128) and issues kCombineBatch parts' loads before it adds them, so a
+// split of 64 parts costs one round trip to the L2, not one per part; the
+// G sums meet in shared memory in group order (the same result every run).
 __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(DecodeArgs a) {
   __shared__ float weight[detail::kMaxSplits];
   __shared__ float total;
+  __shared__ float4 group_sums[kCombineThreads];
+  const int tid = static_cast<int>(threadIdx.x);
   const int head = static_cast<int>(blockIdx.x);
   const int t = static_cast<int>(blockIdx.y);
   const int64_t item = static_cast<int64_t>(t) * a.n_head + head;
@@ -383,7 +408,7 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Deco
   const int pos = __ldg(a.positions + t);
   const int seq = __ldg(a.seq_ids + t);
   if (pos < 0 || pos >= a.n_ctx || seq < 0) {
-    for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kCombineThreads) out[d] = quiet_nan();
+    for (int d = tid; d < a.head_dim; d += kCombineThreads) out[d] = quiet_nan();
     return;
   }
   const int n_pos = pos + 1;
@@ -391,83 +416,138 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Deco
   const int per_part = part_length(n_pos - first, a);             // as the decode kernel
   const int n_valid = min(a.n_splits, (n_pos - first + per_part - 1) / per_part);
   const float* ml = a.part_ml + item * a.n_splits * 2;
-  if (threadIdx.x < kWarpSize) {
-    const int lane = static_cast<int>(threadIdx.x);
+  if (tid < kWarpSize) {
     float m = -INFINITY;
-    for (int s = lane; s < n_valid; s += kWarpSize) m = fmaxf(m, ml[2 * s]);
+    for (int s = tid; s < n_valid; s += kWarpSize) m = fmaxf(m, ml[2 * s]);
     m = warp_max(m);
     float sum = 0.0f;
-    for (int s = lane; s < n_valid; s += kWarpSize) {
+    for (int s = tid; s < n_valid; s += kWarpSize) {
       const float w = exp2f(ml[2 * s] - m);
       weight[s] = w;
       sum += w * ml[2 * s + 1];
     }
     sum = warp_sum(sum);
-    if (lane == 0) total = sum;
+    if (tid == 0) total = sum;
   }
+
+  // head_dim is a multiple of 4 and at most 256: quads <= 64, groups >= 2.
+  const int quads = a.head_dim / 4;
+  const int groups = kCombineThreads / quads;
+  const int quad = tid % quads;
+  const int group = tid / quads;
+  const float4* acc = reinterpret_cast<const float4*>(a.part_acc + item * a.n_splits * a.head_dim);
+  float4 v[kCombineBatch];
+  if (group < groups) {
+#pragma unroll
+    for (int i = 0; i < kCombineBatch; ++i) {
+      const int s = group + i * groups;
+      v[i] = s < n_valid ? acc[static_cast<int64_t>(s) * quads + quad] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  __syncthreads();  // the weights
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (group < groups) {
+    for (int s0 = group;; s0 += groups * kCombineBatch) {
+#pragma unroll
+      for (int i = 0; i < kCombineBatch; ++i) {
+        const int s = s0 + i * groups;
+        if (s < n_valid) {
+          const float w = weight[s];
+          sum.x = fmaf(w, v[i].x, sum.x);
+          sum.y = fmaf(w, v[i].y, sum.y);
+          sum.z = fmaf(w, v[i].z, sum.z);
+          sum.w = fmaf(w, v[i].w, sum.w);
+        }
+      }
+      const int next = s0 + groups * kCombineBatch;
+      if (next >= n_valid) break;
+#pragma unroll
+      for (int i = 0; i < kCombineBatch; ++i) {
+        const int s = next + i * groups;
+        v[i] = s < n_valid ? acc[static_cast<int64_t>(s) * quads + quad] : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+  }
+  group_sums[tid] = sum;
   __syncthreads();
-  const float* acc = a.part_acc + item * a.n_splits * a.head_dim;
-  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kCombineThreads) {
-    float sum = 0.0f;
-    for (int s = 0; s < n_valid; ++s) sum += weight[s] * acc[static_cast<int64_t>(s) * a.head_dim + d];
-    out[d] = sum / total;
+  if (tid < quads) {
+    float4 r = group_sums[tid];
+    for (int g = 1; g < groups; ++g) {
+      const float4 part = group_sums[g * quads + tid];
+      r.x += part.x;
+      r.y += part.y;
+      r.z += part.z;
+      r.w += part.w;
+    }
+    reinterpret_cast<float4*>(out)[tid] = make_float4(r.x / total, r.y / total, r.z / total, r.w / total);
   }
 }
 
-template <class Rows, int C, int HB>
+template <class Rows, int C, int HB, int kLanes>
 void launch_decode(const DecodeArgs& a, int n_tokens, cudaStream_t stream) {
   const int head_groups = (a.n_head / a.gqa) * a.groups_per_kv;  // KV heads x blocks per KV head
   const dim3 grid(static_cast<unsigned>(a.n_splits * head_groups), static_cast<unsigned>(n_tokens));
   if (a.softcap > 0.0f) {
-    attention_decode_kernel<Rows, C, HB, true><<<grid, kDecodeThreads, 0, stream>>>(a);
+    attention_decode_kernel<Rows, C, HB, true, kLanes><<<grid, kDecodeThreads, 0, stream>>>(a);
   } else {
-    attention_decode_kernel<Rows, C, HB, false><<<grid, kDecodeThreads, 0, stream>>>(a);
+    attention_decode_kernel<Rows, C, HB, false, kLanes><<<grid, kDecodeThreads, 0, stream>>>(a);
   }
   M40_CUDA_CHECK_LAUNCH();
 }
 
 // Decode blocks of one variant that run at once on the current device (its
 // occupancy times the multiprocessors), asked once per device.
-template <class Rows, int C, int HB>
+template <class Rows, int C, int HB, int kLanes>
 int resident_blocks() {
   static std::atomic<int> known[64];
   return once_per_device(known, [](int) {
     int per_sm = 0;
     M40_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, attention_decode_kernel<Rows, C, HB, false>, kDecodeThreads, 0));
+        &per_sm, attention_decode_kernel<Rows, C, HB, false, kLanes>, kDecodeThreads, 0));
     return std::max(1, per_sm) * current_multiprocessor_count();
   });
 }
 
 // A decode kernel variant: the cache's Rows, values per lane load, query
-// heads per block.
-template <class Rows_, int C_, int HB_>
+// heads per block, lanes per key (0: known at run time only).
+template <class Rows_, int C_, int HB_, int Lanes_>
 struct Variant {
   using Rows = Rows_;
   static constexpr int C = C_;
   static constexpr int HB = HB_;
+  static constexpr int Lanes = Lanes_;
 };
 
-template <class Rows_, int C_>
+template <class Rows_, int C_, int Lanes_>
 struct RowPieces {
   using Rows = Rows_;
   static constexpr int C = C_;
+  static constexpr int Lanes = Lanes_;
 };
+
+// The lanes per key compiled in: 16 (head dims 72 to 128 in pieces of 8:
+// Llama, Mistral, Qwen, Phi-3), else 0.
+constexpr int kCompiledLanes = 16;
 
 // Calls visit(Variant<...>{}) with the variant of a Q8_0 or FP16 cache read
 // in pieces of 8 or 4 values by blocks of 1, 2 or 4 heads.
 template <class Visit>
-void visit_variant(bool q8, bool rows_of_8, int heads_per_block, Visit&& visit) {
+void visit_variant(bool q8, bool rows_of_8, int lanes, int heads_per_block, Visit&& visit) {
   const auto with_heads = [&](auto pieces) {
     using P = decltype(pieces);
     switch (heads_per_block) {
-      case 1: return visit(Variant<typename P::Rows, P::C, 1>{});
-      case 2: return visit(Variant<typename P::Rows, P::C, 2>{});
-      default: return visit(Variant<typename P::Rows, P::C, 4>{});
+      case 1: return visit(Variant<typename P::Rows, P::C, 1, P::Lanes>{});
+      case 2: return visit(Variant<typename P::Rows, P::C, 2, P::Lanes>{});
+      default: return visit(Variant<typename P::Rows, P::C, 4, P::Lanes>{});
     }
   };
-  if (q8) return rows_of_8 ? with_heads(RowPieces<Q8Rows, 8>{}) : with_heads(RowPieces<Q8Rows, 4>{});
-  return rows_of_8 ? with_heads(RowPieces<F16Rows, 8>{}) : with_heads(RowPieces<F16Rows, 4>{});
+  const bool compiled_lanes = rows_of_8 && lanes == kCompiledLanes;
+  if (q8) {
+    if (compiled_lanes) return with_heads(RowPieces<Q8Rows, 8, kCompiledLanes>{});
+    return rows_of_8 ? with_heads(RowPieces<Q8Rows, 8, 0>{}) : with_heads(RowPieces<Q8Rows, 4, 0>{});
+  }
+  if (compiled_lanes) return with_heads(RowPieces<F16Rows, 8, kCompiledLanes>{});
+  return rows_of_8 ? with_heads(RowPieces<F16Rows, 8, 0>{}) : with_heads(RowPieces<F16Rows, 4, 0>{});
 }
 
 }  // namespace
@@ -505,9 +585,9 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   // part a multiple of 64 positions, at most kMaxSplits parts.
   const int blocks_per_part = n_tokens * shape.n_head_kv * a.groups_per_kv;
   int resident = 0;
-  visit_variant(q8, rows_of_8, heads_per_block, [&](auto v) {
+  visit_variant(q8, rows_of_8, lanes, heads_per_block, [&](auto v) {
     using V = decltype(v);
-    resident = resident_blocks<typename V::Rows, V::C, V::HB>();
+    resident = resident_blocks<typename V::Rows, V::C, V::HB, V::Lanes>();
   });
   int splits = 1;
   int per_split = span;
@@ -530,9 +610,9 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   a.split_granule = forced_splits > 0 ? 1 : kSplitGranule;
 
   const auto launch = [&] {
-    visit_variant(q8, rows_of_8, heads_per_block, [&](auto v) {
+    visit_variant(q8, rows_of_8, lanes, heads_per_block, [&](auto v) {
       using V = decltype(v);
-      launch_decode<typename V::Rows, V::C, V::HB>(a, n_tokens, stream);
+      launch_decode<typename V::Rows, V::C, V::HB, V::Lanes>(a, n_tokens, stream);
     });
   };
   if (splits == 1) {

@@ -65,10 +65,13 @@ struct Q8Vec {
   // Value e of the flat array of rows (row r's value i is r * kv_dim + i,
   // kv_dim a multiple of 32).
   __device__ __forceinline__ void load(const uint8_t* base, int64_t e) {
-    const uint8_t* block = base + (e >> 5) * static_cast<int64_t>(sizeof(quant::BlockQ8_0));
+    load_block(base + (e >> 5) * static_cast<int64_t>(sizeof(quant::BlockQ8_0)), static_cast<uint32_t>(e & 31));
+  }
+  // The values from quant `in_block` on of the block at `block`.
+  __device__ __forceinline__ void load_block(const uint8_t* block, uint32_t in_block) {
     const auto* words = reinterpret_cast<const unsigned short*>(block);
     scale_bits = __ldg(words);
-    const auto* qs = reinterpret_cast<const unsigned short*>(block + 2 + (e & 31));
+    const auto* qs = reinterpret_cast<const unsigned short*>(block + 2 + in_block);
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
       quants[w] = static_cast<uint32_t>(__ldg(qs + 2 * w)) | (static_cast<uint32_t>(__ldg(qs + 2 * w + 1)) << 16);
@@ -94,15 +97,30 @@ struct Q8Vec {
 // How the kernels address a layer's K or V pool, per cache type: Head is
 // one KV head's view of the pool (head(base, offset) from the pool and the
 // head's first value in a row) and Vec<C> loads C values of it at
-// `e` values past that (e = row * kv_dim + d).
+// `e` values past that (e = row * kv_dim + d). Piece is one lane's fixed
+// piece of every row (the decode kernel's view): piece(base, offset,
+// kv_dim) with `offset` the piece's first value in a row, and
+// Vec<C>::load(piece, row) reads it from pool row `row`, addressed with
+// one 32 x 32 -> 64-bit multiply-add.
 struct F16Rows {
   using Head = const uint16_t*;
+  struct Piece {
+    const uint8_t* first;  // the piece in row 0
+    uint32_t row_bytes;
+  };
   template <int C>
   struct Vec : HalfVec<C> {
     __device__ __forceinline__ void load(Head head, int64_t e) { HalfVec<C>::load(head + e); }
+    __device__ __forceinline__ void load(const Piece& piece, uint32_t row) {
+      HalfVec<C>::load(reinterpret_cast<const uint16_t*>(piece.first + static_cast<uint64_t>(row) * piece.row_bytes));
+    }
   };
   __device__ __forceinline__ static Head head(const void* base, int64_t offset) {
     return static_cast<const uint16_t*>(base) + offset;
+  }
+  __device__ __forceinline__ static Piece piece(const void* base, int64_t offset, int kv_dim) {
+    return Piece{static_cast<const uint8_t*>(base) + offset * static_cast<int64_t>(sizeof(uint16_t)),
+                 static_cast<uint32_t>(kv_dim) * static_cast<uint32_t>(sizeof(uint16_t))};
   }
 };
 
@@ -111,12 +129,28 @@ struct Q8Rows {
     const uint8_t* base;
     int64_t offset;
   };
+  // A piece lies inside one block (its first value a multiple of its size).
+  struct Piece {
+    const uint8_t* first;  // the block holding the piece in row 0
+    uint32_t row_bytes;    // kv_dim / 32 blocks
+    uint32_t in_block;     // the piece's first quant in its block
+  };
   template <int C>
   struct Vec : Q8Vec<C> {
     __device__ __forceinline__ void load(const Head& head, int64_t e) { Q8Vec<C>::load(head.base, head.offset + e); }
+    __device__ __forceinline__ void load(const Piece& piece, uint32_t row) {
+      Q8Vec<C>::load_block(piece.first + static_cast<uint64_t>(row) * piece.row_bytes, piece.in_block);
+    }
   };
   __device__ __forceinline__ static Head head(const void* base, int64_t offset) {
     return Head{static_cast<const uint8_t*>(base), offset};
+  }
+  __device__ __forceinline__ static Piece piece(const void* base, int64_t offset, int kv_dim) {
+    constexpr int64_t kBlockBytes = sizeof(quant::BlockQ8_0);
+    constexpr int kBlockValues = 32;
+    return Piece{static_cast<const uint8_t*>(base) + offset / kBlockValues * kBlockBytes,
+                 static_cast<uint32_t>(kv_dim / kBlockValues * kBlockBytes),
+                 static_cast<uint32_t>(offset % kBlockValues)};
   }
 };
 
