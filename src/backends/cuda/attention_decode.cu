@@ -41,7 +41,10 @@ namespace {
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
 constexpr int kSplitGranule = 64;  // a context part is a multiple of this many positions
-constexpr int kKeysPerSlot = 2;    // keys a lane slot takes per iteration (K and V of two more in flight)
+// Keys a lane slot takes per iteration (K and V of as many more in flight):
+// 4 for blocks of one query head, whose registers allow it, else 2.
+template <int HB>
+constexpr int kKeysPerSlot = HB == 1 ? 4 : 2;
 
 struct DecodeArgs {
   const void* k;  // FP16 bits or quant::BlockQ8_0 blocks (the kernel's Rows)
@@ -168,7 +171,7 @@ struct HeadLanes {
 // sm_90 uncapped, and 3 blocks; no spills at the cap.
 template <class Rows, int C, int HB, bool kCap, int kLanes>
 __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(DecodeArgs a) {
-  constexpr int U = kKeysPerSlot;
+  constexpr int U = kKeysPerSlot<HB>;
   using Vec = typename Rows::template Vec<C>;
   __shared__ float s_acc[kDecodeWarps][HB][kMaxHeadDim];
   __shared__ float s_m[kDecodeWarps][HB], s_l[kDecodeWarps][HB];

@@ -473,15 +473,22 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
       xn_holds_attn_norm = enqueue_moe_ffn(w, n, next_attn_norm);
       continue;
     }
-    enqueue_xn_products(w.w_gate_up, {{&w.w_gate, gate_}, {&w.w_up, up_}}, n);
-    stage_timer_.mark(stream_, "gate_up");
-    const int64_t ff_values = int64_t{n} * hp.n_ff;
-    if (gelu) {
-      gelu_mul(gate_, up_, gate_, ff_values, stream_);
+    // One or two tokens: the activation in the gate/up product's epilogue.
+    const GatedActivation act = gelu ? GatedActivation::GeluTanh : GatedActivation::Silu;
+    const bool paired = w.w_gate_up.rows > 0 && w.w_gate_up.rows == 2 * w.w_gate.rows;
+    if (paired && matvec_gated(w.w_gate_up, w.w_gate.rows, act, xn_, n, gate_, stream_)) {
+      stage_timer_.mark(stream_, "gate_up_activation");
     } else {
-      silu_mul(gate_, up_, gate_, ff_values, stream_);
+      enqueue_xn_products(w.w_gate_up, {{&w.w_gate, gate_}, {&w.w_up, up_}}, n);
+      stage_timer_.mark(stream_, "gate_up");
+      const int64_t ff_values = int64_t{n} * hp.n_ff;
+      if (gelu) {
+        gelu_mul(gate_, up_, gate_, ff_values, stream_);
+      } else {
+        silu_mul(gate_, up_, gate_, ff_values, stream_);
+      }
+      stage_timer_.mark(stream_, "ffn_activation");
     }
-    stage_timer_.mark(stream_, "ffn_activation");
     xn_holds_attn_norm = enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n, "ffn_down", next_attn_norm);
   }
 }

@@ -16,6 +16,7 @@
 
 #include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/gated_activation.cuh"
 #include "backends/cuda/grid_size.h"
 #include "backends/cuda/layer_kernels.h"
 #include "common/error.h"
@@ -26,22 +27,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 2048;
-
-struct Silu {
-  __device__ __forceinline__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
-};
-
-// 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) * up, in cpu::gelu_mul's
-// order, each step rounded (no fused multiply-adds).
-struct GeluTanh {
-  __device__ __forceinline__ float operator()(float x, float u) const {
-    constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-    constexpr float kCubic = 0.044715f;
-    const float inner = __fadd_rn(1.0f, __fmul_rn(kCubic * x, x));
-    const float t = tanhf(__fmul_rn(kSqrt2OverPi * x, inner));
-    return 0.5f * x * __fadd_rn(1.0f, t) * u;
-  }
-};
 
 template <class Act>
 __global__ void __launch_bounds__(kThreads)

@@ -267,6 +267,25 @@ bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const Out
   return true;
 }
 
+bool matvec_gated(const DeviceWeight& w, int64_t gate_rows, GatedActivation act, const float* x, int n_tokens,
+                  float* y, cudaStream_t stream) {
+  if (act == GatedActivation::None) throw Error("matvec_gated: no activation");
+  if (gate_rows <= 0 || w.rows != 2 * gate_rows || w.rows > INT_MAX) {
+    throw Error("matvec_gated: " + std::to_string(w.rows) + " rows are not a gate and an up matrix of " +
+                std::to_string(gate_rows) + " rows");
+  }
+  // (Checked as the gate rows' product: y holds gate_rows a token.)
+  DeviceWeight gate = w;
+  gate.rows = gate_rows;
+  mm::Product p = checked_product("matvec_gated", gate, x, n_tokens, y, nullptr, stream);
+  if (p.n_tokens == 0) return true;
+  p.rows = static_cast<int>(w.rows);
+  if (n_tokens > kMaxGatedTokens || p.cols == 0 || !fast_path_fits(p)) return false;
+  p.parts.activation = act;
+  p.parts.gate_rows = static_cast<int>(gate_rows);
+  return mm::launch_matvec_gated(p);
+}
+
 void gemm(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
           cudaStream_t stream) {
   const mm::Product p = checked_product("gemm", w, x, n_tokens, y, residual, stream);

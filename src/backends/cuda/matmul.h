@@ -47,6 +47,20 @@ inline constexpr int kMaxFusedTokens = 16;
 bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const OutputPart* parts, int n_parts,
                   cudaStream_t stream);
 
+// A gated decode product (a SwiGLU or GeGLU FFN's first half): W is a
+// layer's gate and up matrices back to back (gate_rows rows each, one type
+// and width), and y [n_tokens][gate_rows] gets act(gate x) * (up x), the
+// activation applied in the product's epilogue: one launch, no gate and up
+// arrays and no activation kernel. One and two tokens (the decode step of
+// one or two sequences, where the activation's own launch is a few percent
+// of the step); returns false (having done nothing) otherwise, and the
+// caller runs the products and silu_mul / gelu_mul. Each block computes
+// matching gate and up rows, so that both sums meet in the block.
+enum class GatedActivation : int { None, Silu, GeluTanh };
+inline constexpr int kMaxGatedTokens = 2;
+bool matvec_gated(const DeviceWeight& w, int64_t gate_rows, GatedActivation act, const float* x, int n_tokens,
+                  float* y, cudaStream_t stream);
+
 // Grouped products of mixture-of-experts layers (moe.h builds the work).
 // `experts` stacks n_expert matrices of rows_per_expert rows each (a GGUF
 // *_exps tensor: expert e's rows start at row e * rows_per_expert). y holds

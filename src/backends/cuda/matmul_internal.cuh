@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/gated_activation.cuh"
 #include "backends/cuda/matmul.h"
 #include "backends/cuda/matmul_decode.cuh"
 #include "gguf/tensor_type.h"
@@ -18,10 +19,15 @@ namespace m40::cuda::mm {
 // Where the matvec kernel stores row r: with n == 0 in y (row stride rows);
 // otherwise in y[i] for the part i with end[i - 1] <= r < end[i] (end[-1] =
 // 0), at row r - end[i - 1] of a [n_tokens][end[i] - end[i - 1]] array.
+// A gated product (activation not None; matvec_gated, one and two tokens):
+// rows [0, gate_rows) are gate rows, [gate_rows, 2 gate_rows) the up rows,
+// and y receives act(gate) * up, [n_tokens][gate_rows]; n is 0 then.
 struct OutputParts {
   int n = 0;
   int end[3] = {0, 0, 0};
   float* y[3] = {nullptr, nullptr, nullptr};
+  GatedActivation activation = GatedActivation::None;
+  int gate_rows = 0;
 };
 
 // Stores the sum of row `row`, token t of a decode product (nothing past
@@ -41,6 +47,15 @@ __device__ __forceinline__ void store_product_sum(const OutputParts& parts, floa
   }
   const size_t index = static_cast<size_t>(t) * static_cast<size_t>(rows) + static_cast<size_t>(row);
   y[index] = residual != nullptr ? residual[index] + sum : sum;
+}
+
+// Stores act(gate) * up of gate row `gate_row`, token t of a gated product
+// (nothing past the gate rows or n_tokens).
+__device__ __forceinline__ void store_gated_sum(const OutputParts& parts, float* y, int n_tokens, int gate_row, int t,
+                                                float gate, float up) {
+  if (t >= n_tokens || gate_row >= parts.gate_rows) return;
+  y[static_cast<size_t>(t) * static_cast<size_t>(parts.gate_rows) + static_cast<size_t>(gate_row)] =
+      gated_value(parts.activation, gate, up);
 }
 
 // A grouped product (matmul.h, grouped_matmul): the kernel's blocks of
@@ -158,6 +173,10 @@ bool visit_decoder(gguf::TensorType type, Visitor&& visitor) {
 // Q4_0 and IQ4_NL, which take two matvec launches there too.
 inline constexpr int kMaxMatvecKernelTokens = 16;
 void launch_matvec(const Product& p);
+// A gated product (OutputParts::activation set, 1 to kMaxGatedTokens
+// tokens, not grouped) through the matvec kernel; false, having launched
+// nothing, for the types whose kernels do not gate (the float types).
+bool launch_matvec_gated(const Product& p);
 // The matvec kernel alone (n_tokens up to kMaxMatvecKernelTokens), whatever
 // launch_matvec would choose: for the bench.
 void launch_matvec_kernel(const Product& p);

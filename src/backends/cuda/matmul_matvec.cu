@@ -267,6 +267,17 @@ constexpr int grouped_blocks_per_sm(int plain, bool grouped, int tokens, int lan
   return grouped && spills ? plain - 1 : plain;
 }
 
+// Whether a kernel computes gated products (OutputParts): whole warps to a
+// lane group and whole pairs of gate and up rows, at one and two tokens, of
+// the block formats. (The float types' two-token kernels spilled on sm_52
+// with the gated rows' addressing; their FFNs keep the activation kernel.)
+template <class Dec>
+__host__ __device__ constexpr bool gatable(int tokens, int rows, int lanes, bool grouped) {
+  constexpr bool float_type =
+      std::is_same_v<Dec, DecodeF32> || std::is_same_v<Dec, DecodeF16> || std::is_same_v<Dec, DecodeBF16>;
+  return !float_type && tokens <= kMaxGatedTokens && !grouped && rows % 2 == 0 && lanes >= 64;
+}
+
 template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound, bool kLaneOrder, bool kGrouped>
 __global__ void __launch_bounds__(kMatvecThreads,
                                   grouped_blocks_per_sm<Dec>(min_blocks_per_sm<Dec>(kTokens, kRows), kGrouped, kTokens, kLanes))
@@ -297,6 +308,13 @@ __global__ void __launch_bounds__(kMatvecThreads,
   const int warp_sub = thread % kWarpLanes;  // ... within its warp's part of the group
   const int row0 = (static_cast<int>(blockIdx.x) * kGroups + thread / kLanes) * kRows;
   const int unit = sub % Dec::kUnitsPerBlock;  // the lane's unit within each block it visits
+  // A gated product (gatable kernels only): the group's rows are kRows / 2
+  // gate rows from gate0 = row0 / 2 on and the same up rows, so that each
+  // gate sum meets its up sum in the group. (The epilogue reads the flag
+  // and gate0 again from the arguments: live through the loop they cost
+  // registers.)
+  constexpr bool kGatable = gatable<Dec>(kTokens, kRows, kLanes, kGrouped);
+  constexpr int kHalf = kRows / 2;
   // Groups past the last row compute on the last row (shuffles need the
   // whole warp) and store nothing.
   const uint8_t* block[kRows];
@@ -304,6 +322,17 @@ __global__ void __launch_bounds__(kMatvecThreads,
   for (int r = 0; r < kRows; ++r) {
     block[r] = w + static_cast<size_t>(min(row0 + r, rows - 1)) * row_bytes +
                static_cast<size_t>(sub / Dec::kUnitsPerBlock) * Dec::kBlockBytes;
+  }
+  if constexpr (kGatable) {
+    if (parts.activation != GatedActivation::None) {
+      const int gate0 = row0 / 2;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int row = (r < kHalf ? 0 : parts.gate_rows) + min(gate0 + r % kHalf, parts.gate_rows - 1);
+        block[r] = w + static_cast<size_t>(row) * row_bytes +
+                   static_cast<size_t>(sub / Dec::kUnitsPerBlock) * Dec::kBlockBytes;
+      }
+    }
   }
 
   if constexpr (HasSharedTable<Dec>::value) {
@@ -365,7 +394,7 @@ __global__ void __launch_bounds__(kMatvecThreads,
   // Element e of the warp's totals: which lane holds it after the butterfly.
   constexpr int kPerLane = kSums >= kWarpLanes ? kSums / kWarpLanes : 1;
   constexpr int kShare = kSums >= kWarpLanes ? 1 : kWarpLanes / kSums;
-  if constexpr (kWarpsPerGroup == 1) {
+  if constexpr (kWarpsPerGroup == 1) {  // (never gated: kGatable)
     if (warp_sub % kShare == 0) {
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) store(warp_sub / kShare * kPerLane + i, acc[0][i]);
@@ -374,19 +403,36 @@ __global__ void __launch_bounds__(kMatvecThreads,
     // The group's warps each hold a part of every sum: they meet in shared
     // memory and the group's first lanes add the parts in warp order (the
     // same order every run).
-    __shared__ float parts[kMatvecThreads / 32][kSums];
+    __shared__ float warp_sums[kMatvecThreads / 32][kSums];
     const int warp = thread / 32;
     if (warp_sub % kShare == 0) {
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) parts[warp][warp_sub / kShare * kPerLane + i] = acc[0][i];
+      for (int i = 0; i < kPerLane; ++i) warp_sums[warp][warp_sub / kShare * kPerLane + i] = acc[0][i];
     }
     __syncthreads();
+    const bool gated = kGatable && parts.activation != GatedActivation::None;
     if (sub < kSums) {
       const int first_warp = thread / kLanes * kWarpsPerGroup;
-      float sum = parts[first_warp][sub];
+      float sum = warp_sums[first_warp][sub];
 #pragma unroll
-      for (int k = 1; k < kWarpsPerGroup; ++k) sum += parts[first_warp + k][sub];
-      store(sub, sum);
+      for (int k = 1; k < kWarpsPerGroup; ++k) sum += warp_sums[first_warp + k][sub];
+      if (!gated) store(sub, sum);
+      if constexpr (kGatable) warp_sums[first_warp][sub] = sum;  // (read above by this thread only)
+    }
+    if constexpr (kGatable) {
+      if (gated) {
+        const int first_warp = thread / kLanes * kWarpsPerGroup;
+        const int gate0 = (static_cast<int>(blockIdx.x) * kGroups + thread / kLanes) * kHalf;
+        // Sum t * kRows + r is token t's gate row r, t * kRows + kHalf + r
+        // its up row.
+        __syncthreads();
+        if (sub < kTokens * kHalf) {
+          const int t = sub / kHalf;
+          const int r = sub % kHalf;
+          store_gated_sum(parts, y, n_tokens, gate0 + r, t, warp_sums[first_warp][t * kRows + r],
+                          warp_sums[first_warp][t * kRows + kHalf + r]);
+        }
+      }
     }
   }
 }
@@ -423,6 +469,9 @@ void launch_grouped(const Product& p) {
 
 template <class Dec, int kTokens, int kRows, int kLanes>
 void launch(const Product& p) {
+  if (p.parts.activation != GatedActivation::None && !gatable<Dec>(kTokens, kRows, kLanes, false)) {
+    throw Error("matvec: no gated kernel for " + std::to_string(p.n_tokens) + " tokens of this type");
+  }
   constexpr int kRowsPerBlock = kMatvecThreads / kLanes * kRows;
   // grid.y: a grouped product's work items.
   const dim3 blocks((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, p.grouping.items != nullptr ? p.grouping.n_items : 1);
@@ -617,6 +666,24 @@ void launch_for_tokens(const Product& p) {
 template <class Dec>
 inline constexpr bool kMatvecPast16 =
     std::is_same_v<Dec, DecodeQ8_0> || std::is_same_v<Dec, DecodeQ4_0> || std::is_same_v<Dec, DecodeIQ4_NL>;
+
+bool launch_matvec_gated(const Product& p) {
+  bool launched = false;
+  visit_decoder(p.type, [&](auto tag) {
+    using Wide = typename WideDecoder<typename decltype(tag)::type>::type;
+    // The kernels launch_wide and launch_few_tokens pick for a plain product:
+    // 64 or 128 lanes, rows_for_few_tokens rows.
+    constexpr bool kGates = gatable<Wide>(1, rows_for_few_tokens<Wide, 1>(), 64, false) &&
+                            gatable<Wide>(2, rows_for_few_tokens<Wide, 2>(), 64, false);
+    if constexpr (kGates) {
+      if (p.n_tokens >= 1 && p.n_tokens <= kMaxGatedTokens && p.grouping.items == nullptr) {
+        launch_for_tokens<typename decltype(tag)::type>(p);
+        launched = true;
+      }
+    }
+  });
+  return launched;
+}
 
 void launch_matvec_kernel(const Product& p) {
   visit_decoder(p.type, [&](auto tag) { launch_for_tokens<typename decltype(tag)::type>(p); });

@@ -244,6 +244,96 @@ TEST_P(Matmul, FusedPartsMatchCpu) {
   }
 }
 
+// Gated products (a SwiGLU or GeGLU FFN's gate and up in one launch, the
+// activation in its epilogue): act(gate x) * (up x) against the CPU's two
+// products and its silu_mul / gelu_mul, at one and two tokens, with gate
+// row counts that leave the last block's pairs partly past the end. The
+// bound carries each product's bound through the activation (its slope is
+// below 1.2 in magnitude for SiLU and GELU, its value below |gate| + 0.3)
+// plus a few units of rounding of the result. The float types decline
+// (false): their FFNs keep the activation kernel.
+TEST_P(Matmul, GatedProductsMatchCpu) {
+  const TensorType type = GetParam();
+  const bool float_type = type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
+  cudaStream_t stream = nullptr;
+  M40_CUDA_CHECK(cudaStreamCreate(&stream));
+  cpu::ThreadPool pool(2);
+  for (const int64_t cols : test_cols(type)) {
+    for (const int64_t gate_rows : {int64_t{37}, int64_t{64}}) {
+      const HostWeight w = random_weight(type, 2 * gate_rows, cols, static_cast<uint32_t>(cols + gate_rows));
+      DeviceBuffer<uint8_t> d_w(w.bytes.size());
+      M40_CUDA_CHECK(cudaMemcpy(d_w.get(), w.bytes.data(), w.bytes.size(), cudaMemcpyHostToDevice));
+      DeviceWeight dw;
+      dw.type = type;
+      dw.rows = 2 * gate_rows;
+      dw.cols = cols;
+      dw.row_bytes = w.row_bytes;
+      dw.data = d_w.get();
+      model::WeightView view;
+      view.type = type;
+      view.rows = static_cast<uint64_t>(2 * gate_rows);
+      view.cols = static_cast<uint64_t>(cols);
+      view.row_bytes = w.row_bytes;
+      view.data = w.bytes.data();
+      for (const int n : {1, 2}) {
+        for (const GatedActivation act : {GatedActivation::Silu, GatedActivation::GeluTanh}) {
+          SCOPED_TRACE(std::string(gguf::tensor_type_name(type)) + " " + std::to_string(gate_rows) + " gate rows x " +
+                       std::to_string(cols) + ", " + std::to_string(n) + " tokens, " +
+                       (act == GatedActivation::Silu ? "SiLU" : "GELU"));
+          const auto x = random_activations(static_cast<size_t>(n * cols), static_cast<uint32_t>(3 + n));
+          std::vector<float> product(static_cast<size_t>(n * 2 * gate_rows));
+          cpu::matmul(view, x.data(), n, product.data(), pool);
+          DeviceBuffer<float> d_x(x.size());
+          DeviceBuffer<float> d_y(static_cast<size_t>(n * gate_rows));
+          M40_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+          M40_CUDA_CHECK(cudaMemset(d_y.get(), 0xff, d_y.bytes()));  // NaN
+          const bool ran = matvec_gated(dw, gate_rows, act, d_x.get(), n, d_y.get(), stream);
+          ASSERT_EQ(ran, !float_type);
+          if (!ran) continue;
+          M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+          std::vector<float> y(static_cast<size_t>(n * gate_rows));
+          M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
+          int failures = 0;
+          for (int t = 0; t < n; ++t) {
+            const float* gate = product.data() + static_cast<size_t>(t) * 2 * gate_rows;
+            const float* up = gate + gate_rows;
+            std::vector<float> ref(static_cast<size_t>(gate_rows));
+            if (act == GatedActivation::Silu) {
+              cpu::silu_mul(gate, up, ref.data(), gate_rows);
+            } else {
+              cpu::gelu_mul(gate, up, ref.data(), gate_rows);
+            }
+            for (int64_t r = 0; r < gate_rows; ++r) {
+              // The products' bounds, as in Checker.
+              double abs_gate = 0.0, abs_up = 0.0;
+              for (int64_t c = 0; c < cols; ++c) {
+                abs_gate += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
+                abs_up += std::fabs(w.values[(gate_rows + r) * cols + c] * x[t * cols + c]);
+              }
+              constexpr double kU = 1.0 / (1 << 24);
+              const double sqrt_cols = std::sqrt(static_cast<double>(cols));
+              const double b_gate = 4.0 * kU * sqrt_cols * abs_gate + 2.0 * kU * std::fabs(gate[r]);
+              const double b_up = 4.0 * kU * sqrt_cols * abs_up + 2.0 * kU * std::fabs(up[r]);
+              const double bound = 1.2 * std::fabs(up[r]) * b_gate + (std::fabs(gate[r]) + 0.3) * b_up +
+                                   8.0 * kU * std::fabs(ref[r]) + 1e-30;
+              const double diff = std::fabs(static_cast<double>(y[t * gate_rows + r]) - ref[r]);
+              if (!(diff <= bound) && ++failures <= 5) {
+                ADD_FAILURE() << "token " << t << " row " << r << ": GPU " << y[t * gate_rows + r] << ", CPU "
+                              << ref[r] << ", |diff| " << diff << " > bound " << bound;
+              }
+            }
+          }
+          EXPECT_EQ(failures, 0);
+        }
+      }
+      // Three tokens are not a gated kernel's: declined, nothing written.
+      DeviceBuffer<float> d_x3(static_cast<size_t>(3 * cols));
+      EXPECT_FALSE(matvec_gated(dw, gate_rows, GatedActivation::Silu, d_x3.get(), 3, d_x3.get(), stream));
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
 TEST_P(Matmul, GemmMatchesCpu) {
   for (const int64_t cols : {int64_t{512}, int64_t{96}}) {
     if (cols % gguf::tensor_type_traits(GetParam()).block_size != 0) continue;
@@ -397,6 +487,28 @@ TEST(MatmulArguments, FusedPartsCheckTheirParts) {
   EXPECT_THROW(matvec_parts(w, x, 1, four, 4, nullptr), Error);
   EXPECT_FALSE(matvec_parts(w, x, kMaxFusedTokens + 1, two, 2, nullptr));
   EXPECT_FALSE(matvec_parts(w, x + 1, 1, two, 2, nullptr));  // x off its 16-byte alignment
+}
+
+// matvec_gated refuses a weight that is not two halves and a missing
+// activation, before touching the GPU.
+TEST(MatmulArguments, GatedProductsCheckTheirHalves) {
+  float* y = reinterpret_cast<float*>(uintptr_t{512});
+  const float* x = reinterpret_cast<const float*>(uintptr_t{256});
+  DeviceWeight w;
+  w.type = TensorType::Q4_K;
+  w.rows = 6;
+  w.cols = 256;
+  w.row_bytes = 144;
+  w.data = reinterpret_cast<const void*>(uintptr_t{1024});
+  try {
+    matvec_gated(w, 4, GatedActivation::Silu, x, 1, y, nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("6 rows are not a gate and an up matrix of 4 rows"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(matvec_gated(w, 3, GatedActivation::None, x, 1, y, nullptr), Error);
+  EXPECT_FALSE(matvec_gated(w, 3, GatedActivation::Silu, x + 1, 1, y, nullptr));  // x off its alignment
 }
 
 TEST(MatmulArguments, DedicatedKernelTypes) {
