@@ -61,6 +61,34 @@ const char* residual_name(Residual mode) {
   return "?";
 }
 
+constexpr double kUnitRoundoff = 1.0 / (1 << 24);
+
+// The bound on one product output's rounding (the file comment): value is
+// the output, abs_sum its sum of |w x| over cols columns.
+double product_bound(double abs_sum, double value, int64_t cols) {
+  return 4.0 * kUnitRoundoff * std::sqrt(static_cast<double>(cols)) * abs_sum + 2.0 * kUnitRoundoff * std::fabs(value);
+}
+
+// The CPU's view of a host weight, and the GPU's of its copy at `data`.
+model::WeightView host_view(const HostWeight& w) {
+  model::WeightView view;
+  view.type = w.type;
+  view.rows = static_cast<uint64_t>(w.rows);
+  view.cols = static_cast<uint64_t>(w.cols);
+  view.row_bytes = w.row_bytes;
+  view.data = w.bytes.data();
+  return view;
+}
+DeviceWeight device_view(const HostWeight& w, const void* data) {
+  DeviceWeight dw;
+  dw.type = w.type;
+  dw.rows = w.rows;
+  dw.cols = w.cols;
+  dw.row_bytes = w.row_bytes;
+  dw.data = data;
+  return dw;
+}
+
 // Parts: matvec_parts with the rows split into three parts (about 1/2, 1/4
 // and the rest), each with its own output array; checked without residual.
 enum class Kernel { Matvec, Gemm, Matmul, Parts };
@@ -83,12 +111,7 @@ class Checker {
     const auto residual = random_activations(static_cast<size_t>(n_tokens * rows), 99);
 
     // CPU twin and the per-output bound.
-    model::WeightView view;
-    view.type = w.type;
-    view.rows = static_cast<uint64_t>(rows);
-    view.cols = static_cast<uint64_t>(cols);
-    view.row_bytes = w.row_bytes;
-    view.data = w.bytes.data();
+    const model::WeightView view = host_view(w);
     std::vector<float> product(static_cast<size_t>(n_tokens * rows));
     cpu::matmul(view, x.data(), n_tokens, product.data(), pool_);
     std::vector<double> abs_sum(product.size());
@@ -107,12 +130,7 @@ class Checker {
     M40_CUDA_CHECK(cudaMemcpy(d_w.get(), w.bytes.data(), w.bytes.size(), cudaMemcpyHostToDevice));
     float* x_dev = d_x.get() + x_offset;
     M40_CUDA_CHECK(cudaMemcpy(x_dev, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
-    DeviceWeight dw;
-    dw.type = w.type;
-    dw.rows = rows;
-    dw.cols = cols;
-    dw.row_bytes = w.row_bytes;
-    dw.data = d_w.get();
+    const DeviceWeight dw = device_view(w, d_w.get());
 
     const int64_t part_rows[3] = {rows / 2, rows / 4, rows - rows / 2 - rows / 4};
     std::vector<std::unique_ptr<DeviceBuffer<float>>> d_parts;
@@ -167,13 +185,11 @@ class Checker {
         M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
       }
 
-      constexpr double kUnitRoundoff = 1.0 / (1 << 24);
-      const double sqrt_cols = std::sqrt(static_cast<double>(cols));
       double diff_sq = 0.0, scale_sq = 0.0;
       int failures = 0;
       for (size_t i = 0; i < y.size(); ++i) {
         const double ref = mode == Residual::None ? product[i] : static_cast<double>(residual[i]) + product[i];
-        const double bound = 4.0 * kUnitRoundoff * sqrt_cols * abs_sum[i] + 2.0 * kUnitRoundoff * std::fabs(ref);
+        const double bound = product_bound(abs_sum[i], ref, cols);
         const double diff = std::fabs(static_cast<double>(y[i]) - ref);
         if (!(diff <= bound) && ++failures <= 5) {
           ADD_FAILURE() << "token " << i / rows << " row " << i % rows << ": GPU " << y[i] << ", CPU " << ref
@@ -263,18 +279,8 @@ TEST_P(Matmul, GatedProductsMatchCpu) {
       const HostWeight w = random_weight(type, 2 * gate_rows, cols, static_cast<uint32_t>(cols + gate_rows));
       DeviceBuffer<uint8_t> d_w(w.bytes.size());
       M40_CUDA_CHECK(cudaMemcpy(d_w.get(), w.bytes.data(), w.bytes.size(), cudaMemcpyHostToDevice));
-      DeviceWeight dw;
-      dw.type = type;
-      dw.rows = 2 * gate_rows;
-      dw.cols = cols;
-      dw.row_bytes = w.row_bytes;
-      dw.data = d_w.get();
-      model::WeightView view;
-      view.type = type;
-      view.rows = static_cast<uint64_t>(2 * gate_rows);
-      view.cols = static_cast<uint64_t>(cols);
-      view.row_bytes = w.row_bytes;
-      view.data = w.bytes.data();
+      const DeviceWeight dw = device_view(w, d_w.get());
+      const model::WeightView view = host_view(w);
       for (const int n : {1, 2}) {
         for (const GatedActivation act : {GatedActivation::Silu, GatedActivation::GeluTanh}) {
           SCOPED_TRACE(std::string(gguf::tensor_type_name(type)) + " " + std::to_string(gate_rows) + " gate rows x " +
@@ -304,18 +310,15 @@ TEST_P(Matmul, GatedProductsMatchCpu) {
               cpu::gelu_mul(gate, up, ref.data(), gate_rows);
             }
             for (int64_t r = 0; r < gate_rows; ++r) {
-              // The products' bounds, as in Checker.
               double abs_gate = 0.0, abs_up = 0.0;
               for (int64_t c = 0; c < cols; ++c) {
                 abs_gate += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
                 abs_up += std::fabs(w.values[(gate_rows + r) * cols + c] * x[t * cols + c]);
               }
-              constexpr double kU = 1.0 / (1 << 24);
-              const double sqrt_cols = std::sqrt(static_cast<double>(cols));
-              const double b_gate = 4.0 * kU * sqrt_cols * abs_gate + 2.0 * kU * std::fabs(gate[r]);
-              const double b_up = 4.0 * kU * sqrt_cols * abs_up + 2.0 * kU * std::fabs(up[r]);
+              const double b_gate = product_bound(abs_gate, gate[r], cols);
+              const double b_up = product_bound(abs_up, up[r], cols);
               const double bound = 1.2 * std::fabs(up[r]) * b_gate + (std::fabs(gate[r]) + 0.3) * b_up +
-                                   8.0 * kU * std::fabs(ref[r]) + 1e-30;
+                                   8.0 * kUnitRoundoff * std::fabs(ref[r]) + 1e-30;
               const double diff = std::fabs(static_cast<double>(y[t * gate_rows + r]) - ref[r]);
               if (!(diff <= bound) && ++failures <= 5) {
                 ADD_FAILURE() << "token " << t << " row " << r << ": GPU " << y[t * gate_rows + r] << ", CPU "
@@ -427,16 +430,25 @@ TEST(MatmulShapes, EmptyProducts) {
   gemm(w, nullptr, 0, nullptr, nullptr, nullptr);
 }
 
+// A weight at a made-up device address (and made-up x and y), for the
+// argument checks that fail or decline before anything touches the GPU.
+DeviceWeight unplaced_weight(TensorType type, int64_t rows, int64_t cols, size_t row_bytes) {
+  DeviceWeight w;
+  w.type = type;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = row_bytes;
+  w.data = reinterpret_cast<const void*>(uintptr_t{1024});
+  return w;
+}
+const float* const kUnplacedX = reinterpret_cast<const float*>(uintptr_t{256});
+float* const kUnplacedY = reinterpret_cast<float*>(uintptr_t{512});
+
 // Argument checks run before anything touches the GPU, so they run anywhere.
 TEST(MatmulArguments, BadWeightsAreClearErrors) {
-  const float* x = reinterpret_cast<const float*>(uintptr_t{256});
-  float* y = reinterpret_cast<float*>(uintptr_t{512});
-  DeviceWeight w;
-  w.type = TensorType::Q8_1;
-  w.rows = 4;
-  w.cols = 64;
-  w.row_bytes = 72;
-  w.data = reinterpret_cast<const void*>(uintptr_t{1024});
+  const float* x = kUnplacedX;
+  float* y = kUnplacedY;
+  DeviceWeight w = unplaced_weight(TensorType::Q8_1, 4, 64, 72);
   try {
     matmul(w, x, 1, y, nullptr, nullptr);
     FAIL() << "no error";
@@ -467,14 +479,9 @@ TEST(MatmulArguments, BadWeightsAreClearErrors) {
 // matvec_parts refuses parts that do not add up to the weight, and declines
 // (false, no work) what the fused kernel cannot do, so the caller falls back.
 TEST(MatmulArguments, FusedPartsCheckTheirParts) {
-  float* y = reinterpret_cast<float*>(uintptr_t{512});
-  DeviceWeight w;
-  w.type = TensorType::Q4_K;
-  w.rows = 6;
-  w.cols = 256;
-  w.row_bytes = 144;
-  w.data = reinterpret_cast<const void*>(uintptr_t{1024});
-  const float* x = reinterpret_cast<const float*>(uintptr_t{256});
+  float* y = kUnplacedY;
+  const DeviceWeight w = unplaced_weight(TensorType::Q4_K, 6, 256, 144);
+  const float* x = kUnplacedX;
   const OutputPart two[2] = {{y, 4}, {y, 2}};
   const OutputPart short_parts[2] = {{y, 4}, {y, 1}};
   const OutputPart four[4] = {{y, 2}, {y, 2}, {y, 1}, {y, 1}};
@@ -492,14 +499,9 @@ TEST(MatmulArguments, FusedPartsCheckTheirParts) {
 // matvec_gated refuses a weight that is not two halves and a missing
 // activation, before touching the GPU.
 TEST(MatmulArguments, GatedProductsCheckTheirHalves) {
-  float* y = reinterpret_cast<float*>(uintptr_t{512});
-  const float* x = reinterpret_cast<const float*>(uintptr_t{256});
-  DeviceWeight w;
-  w.type = TensorType::Q4_K;
-  w.rows = 6;
-  w.cols = 256;
-  w.row_bytes = 144;
-  w.data = reinterpret_cast<const void*>(uintptr_t{1024});
+  float* y = kUnplacedY;
+  const float* x = kUnplacedX;
+  const DeviceWeight w = unplaced_weight(TensorType::Q4_K, 6, 256, 144);
   try {
     matvec_gated(w, 4, GatedActivation::Silu, x, 1, y, nullptr);
     FAIL() << "no error";
