@@ -21,12 +21,15 @@
 //
 // Rows and tokens past the edges are clamped for loading and not stored.
 #include <algorithm>
+#include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/matmul_internal.cuh"
 #include "backends/cuda/stream_scratch.h"
+#include "common/error.h"
 
 namespace m40::cuda::mm {
 
@@ -257,18 +260,6 @@ __global__ void __launch_bounds__(Shape::kThreads, min_gemm_blocks_per_sm<Dec, S
   }
 }
 
-// y = residual + the splits' partial sums, added in split order (the same
-// result every run).
-__global__ void splitk_reduce_kernel(const float* __restrict__ partial, int splits, size_t count, float* y,
-                                     const float* residual) {
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    float sum = partial[i];
-    for (int s = 1; s < splits; ++s) sum += partial[static_cast<size_t>(s) * count + i];
-    y[i] = residual != nullptr ? residual[i] + sum : sum;
-  }
-}
-
 // splits: parts of K, each its own blocks (1: no split).
 template <class Dec, class Shape>
 void launch_shape(const Product& p, int splits = 1) {
@@ -286,10 +277,7 @@ void launch_shape(const Product& p, int splits = 1) {
   gemm_kernel<Dec, Shape><<<grid, Shape::kThreads, 0, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x, p.n_tokens,
                                                                   p.y, p.residual, scratch.floats(), p.grouping);
   M40_CUDA_CHECK_LAUNCH();
-  const int threads = 256;
-  const int blocks = static_cast<int>(std::min<size_t>((count + threads - 1) / threads, 4096));
-  splitk_reduce_kernel<<<blocks, threads, 0, p.stream>>>(scratch.floats(), splits, count, p.y, p.residual);
-  M40_CUDA_CHECK_LAUNCH();
+  launch_splitk_reduce(p, scratch.floats(), splits);
 }
 
 // K splits for a decode-tile product: enough blocks for four per SM (a
@@ -320,7 +308,32 @@ int prefill_splits(const Product& p) {
   return std::max(1, std::min({2 * sms / tiles, 16, p.cols / ShortPrefillShape::kTileK / 4}));
 }
 
+// The splits' partial sums added in split order (the same result every
+// run), stored as the product's kernel would (store_product_sum: y plus the
+// residual, or the fused parts).
+// (count < 2^32, checked by the launcher: 32-bit division.)
+__global__ void splitk_reduce_kernel(const float* __restrict__ partial, int splits, int rows, int n_tokens, float* y,
+                                     const float* residual, OutputParts parts) {
+  const uint32_t count = static_cast<uint32_t>(rows) * static_cast<uint32_t>(n_tokens);
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+    float sum = partial[i];
+    for (int s = 1; s < splits; ++s) sum += partial[static_cast<size_t>(s) * count + i];
+    store_product_sum(parts, y, residual, rows, n_tokens, static_cast<int>(i % static_cast<uint32_t>(rows)),
+                      static_cast<int>(i / static_cast<uint32_t>(rows)), sum);
+  }
+}
+
 }  // namespace
+
+void launch_splitk_reduce(const Product& p, const float* partial, int splits) {
+  const size_t count = static_cast<size_t>(p.n_tokens) * static_cast<size_t>(p.rows);
+  if (count > UINT32_MAX) throw Error("split-K product of " + std::to_string(count) + " outputs (at most 2^32 - 1)");
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<size_t>((count + threads - 1) / threads, 4096));
+  splitk_reduce_kernel<<<blocks, threads, 0, p.stream>>>(partial, splits, p.rows, p.n_tokens, p.y, p.residual,
+                                                         p.parts);
+  M40_CUDA_CHECK_LAUNCH();
+}
 
 void launch_gemm(const Product& p) {
   visit_decoder(p.type, [&](auto tag) {

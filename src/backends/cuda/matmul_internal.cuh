@@ -192,6 +192,11 @@ bool skinny_takes(const Product& p);
 void launch_skinny(const Product& p);
 void launch_gemm_decode(const Product& p);
 
+// The second half of a product split over K (matmul_gemm.cu): adds the
+// splits' partial sums ([splits][n_tokens][rows] at `partial`) in split
+// order and stores them as p's kernel would (residual, fused parts).
+void launch_splitk_reduce(const Product& p, const float* partial, int splits);
+
 // The tiled prefill gemm kernel: any n_tokens, cols % 32 == 0, alignment holds.
 void launch_gemm(const Product& p);
 // Its 64-token tile for a grouped product (an item per token tile, no split).

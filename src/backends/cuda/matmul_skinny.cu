@@ -28,7 +28,7 @@
 // Each lane's 8 x kTokens sums are reduced over the warp by the transposing
 // butterfly. Where the row tiles alone leave SMs idle, K is split over
 // blocks (grid.y) that write partial sums, added in split order by
-// skinny_reduce_kernel (the same result every run).
+// launch_splitk_reduce (the same result every run).
 //
 // On an H100 (bench_cuda_matmul --skinny, in a graph) against the matvec
 // kernel at 8 tokens: 4096x4096 20.6 -> 17.6 us, 11008x4096 49.0 -> 36.5,
@@ -232,19 +232,6 @@ __global__ void __launch_bounds__(kSkinnyThreads, kSkinnyBlocksPerSm)
   }
 }
 
-// The splits' partial sums added in split order, stored as the kernel would.
-__global__ void skinny_reduce_kernel(const float* __restrict__ partial, int splits, int rows, int n_tokens, float* y,
-                                     const float* residual, OutputParts parts) {
-  const size_t count = static_cast<size_t>(rows) * static_cast<size_t>(n_tokens);
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    float sum = partial[i];
-    for (int s = 1; s < splits; ++s) sum += partial[static_cast<size_t>(s) * count + i];
-    store_product_sum(parts, y, residual, rows, n_tokens, static_cast<int>(i % static_cast<size_t>(rows)),
-                      static_cast<int>(i / static_cast<size_t>(rows)), sum);
-  }
-}
-
 // K splits: enough blocks for the resident ones of every SM (rounded to the
 // nearest whole number of row-tile sets), each split at least 2 Q4_K blocks
 // of K; none without a stream-ordered pool for the partial sums.
@@ -272,11 +259,7 @@ void launch_skinny_tokens(const Product& p) {
   skinny_q4k_kernel<kTokens><<<grid, kSkinnyThreads, 0, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x, p.n_tokens,
                                                                     p.y, p.residual, p.parts, scratch.floats());
   M40_CUDA_CHECK_LAUNCH();
-  const int threads = 256;
-  const int blocks = static_cast<int>(std::min<size_t>((count + threads - 1) / threads, 1024));
-  skinny_reduce_kernel<<<blocks, threads, 0, p.stream>>>(scratch.floats(), splits, p.rows, p.n_tokens, p.y,
-                                                         p.residual, p.parts);
-  M40_CUDA_CHECK_LAUNCH();
+  launch_splitk_reduce(p, scratch.floats(), splits);
 }
 
 }  // namespace
