@@ -321,9 +321,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 4) attention_decode_kernel(Dec
     }
   };
 
-  // Two register sets in turn (no copies between iterations): while one
-  // iteration's keys are attended, the next one's are in flight. j0 is
-  // uniform over the warp: the shuffles inside need all 32 lanes.
+  // The next iteration's keys are in flight while this one's are attended.
+  // (Two register sets used in turn, without the copies at the end of the
+  // loop, took more registers: spills at the 128 cap.) j0 is uniform over
+  // the warp: the shuffles inside need all 32 lanes.
   Vec k_cur[U], v_cur[U];
   int j0 = begin + warp * per_iteration;
   if (j0 < end) fetch(j0, k_cur, v_cur);

@@ -34,7 +34,6 @@ template <>
 struct HalfVec<8> {
   uint4 raw;
   __device__ __forceinline__ void load(const uint16_t* p) { raw = __ldg(reinterpret_cast<const uint4*>(p)); }
-  __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
   __device__ __forceinline__ void widen(float* f) const {
     widen_pair(raw.x, f);
     widen_pair(raw.y, f + 2);
@@ -47,7 +46,6 @@ template <>
 struct HalfVec<4> {
   uint2 raw;
   __device__ __forceinline__ void load(const uint16_t* p) { raw = __ldg(reinterpret_cast<const uint2*>(p)); }
-  __device__ __forceinline__ void zero() { raw = make_uint2(0, 0); }
   __device__ __forceinline__ void widen(float* f) const {
     widen_pair(raw.x, f);
     widen_pair(raw.y, f + 2);
@@ -76,11 +74,6 @@ struct Q8Vec {
     for (int w = 0; w < kWords; ++w) {
       quants[w] = static_cast<uint32_t>(__ldg(qs + 2 * w)) | (static_cast<uint32_t>(__ldg(qs + 2 * w + 1)) << 16);
     }
-  }
-  __device__ __forceinline__ void zero() {
-    scale_bits = 0;
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) quants[w] = 0;
   }
   __device__ __forceinline__ void widen(float* f) const {
     const float d = widen_half(scale_bits);
