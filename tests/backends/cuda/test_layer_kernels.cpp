@@ -178,6 +178,8 @@ TEST_F(LayerKernels, RmsNormMatchesTheCpu) {
   check_rms_norm(stream_, 5, 128, false, 0);
   check_rms_norm(stream_, 3, 4096, false, 0);
   check_rms_norm(stream_, 2, 5120, false, 0);
+  check_rms_norm(stream_, 2, 8192, false, 0);    // the widest row kept in registers
+  check_rms_norm(stream_, 2, 12288, true, 0);    // wider: the row read twice, in place
   check_rms_norm(stream_, 300, 4096, false, 0);  // a prefill batch
   check_rms_norm(stream_, 4, 4095, false, 0);    // not a multiple of 4: scalar path
   check_rms_norm(stream_, 4, 4096, false, 1);    // unaligned pointers: scalar path
