@@ -468,6 +468,7 @@ __global__ void combine_kernel(const float* __restrict__ expert_out, const int32
 
 constexpr int kCombineNormThreads = 1024;
 constexpr int kMaxCombineNormSlots = 64;  // a token's slots kept in shared memory
+constexpr int kCombineNormCached = 4;     // values of the row a thread keeps in registers (n_embd up to 4096)
 
 // One block a token (decode: one block in all, so a wide one): the
 // combination, then its RMS norm (as rms_norm: mean of squares + eps, an
@@ -489,7 +490,32 @@ __global__ void __launch_bounds__(kCombineNormThreads)
   __syncthreads();
   const float shared_scale = shared_expert_scale(shared, t);
   float* yr = y + t * n_embd;
+  float* out = next.out + t * n_embd;
   float sum = 0.0f;
+  if (n_embd <= kCombineNormThreads * kCombineNormCached) {
+    // The row and the norm weight stay in registers between the passes
+    // (the weight loaded with the row): the same sums in the same order as
+    // the loop below, without its second round trip to memory.
+    float v[kCombineNormCached], w[kCombineNormCached];
+#pragma unroll
+    for (int c = 0; c < kCombineNormCached; ++c) {
+      const int j = static_cast<int>(threadIdx.x) + c * kCombineNormThreads;
+      if (j < n_embd) {
+        w[c] = __ldg(next.weight + j);
+        v[c] = combined_value(expert_out, rows, slot_weights, k, n_embd, shared, shared_scale, residual, t, j);
+        yr[j] = v[c];
+        sum += v[c] * v[c];
+      }
+    }
+    sum = block_sum(sum, scratch);
+    const float scale = 1.0f / sqrtf(sum / static_cast<float>(n_embd) + eps);  // as below
+#pragma unroll
+    for (int c = 0; c < kCombineNormCached; ++c) {
+      const int j = static_cast<int>(threadIdx.x) + c * kCombineNormThreads;
+      if (j < n_embd) out[j] = v[c] * scale * w[c];
+    }
+    return;
+  }
   for (int j = static_cast<int>(threadIdx.x); j < n_embd; j += kCombineNormThreads) {
     const float v = combined_value(expert_out, rows, slot_weights, k, n_embd, shared, shared_scale, residual, t, j);
     yr[j] = v;
@@ -497,7 +523,6 @@ __global__ void __launch_bounds__(kCombineNormThreads)
   }
   sum = block_sum(sum, scratch);
   const float scale = 1.0f / sqrtf(sum / static_cast<float>(n_embd) + eps);
-  float* out = next.out + t * n_embd;
   for (int j = static_cast<int>(threadIdx.x); j < n_embd; j += kCombineNormThreads) {
     out[j] = yr[j] * scale * __ldg(next.weight + j);
   }

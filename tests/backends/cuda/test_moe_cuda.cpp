@@ -445,6 +445,8 @@ TEST(MoeCuda, CombineAddsTheWeightedSlotsToTheResidual) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU";
   check_combine(37, 3, 72);
   check_combine(1, 8, 2048);  // a Qwen3-30B-A3B decode step
+  check_combine(2, 8, 4096);  // Mixtral's width: the widest row the fused norm keeps in registers
+  check_combine(2, 4, 5120);  // wider: the row read back for the norm
   check_combine(2, 70, 72);   // more slots than the fused norm keeps: the norm on its own
 }
 
