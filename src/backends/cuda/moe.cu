@@ -8,6 +8,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/grid_size.h"
+#include "backends/cuda/rms_scale.cuh"
 #include "backends/cuda/warp_reduce.cuh"
 #include "common/error.h"
 
@@ -508,7 +509,7 @@ __global__ void __launch_bounds__(kCombineNormThreads)
       }
     }
     sum = block_sum(sum, scratch);
-    const float scale = 1.0f / sqrtf(sum / static_cast<float>(n_embd) + eps);  // as below
+    const float scale = rms_scale(sum, n_embd, eps);
 #pragma unroll
     for (int c = 0; c < kCombineNormCached; ++c) {
       const int j = static_cast<int>(threadIdx.x) + c * kCombineNormThreads;
@@ -522,7 +523,7 @@ __global__ void __launch_bounds__(kCombineNormThreads)
     sum += v * v;
   }
   sum = block_sum(sum, scratch);
-  const float scale = 1.0f / sqrtf(sum / static_cast<float>(n_embd) + eps);
+  const float scale = rms_scale(sum, n_embd, eps);
   for (int j = static_cast<int>(threadIdx.x); j < n_embd; j += kCombineNormThreads) {
     out[j] = yr[j] * scale * __ldg(next.weight + j);
   }

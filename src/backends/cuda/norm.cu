@@ -13,6 +13,7 @@
 #include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/layer_kernels.h"
+#include "backends/cuda/rms_scale.cuh"
 #include "backends/cuda/warp_reduce.cuh"
 #include "common/error.h"
 
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kNormThreads)
       if (i < n / 4) sum += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
     }
     sum = block_sum(sum, scratch);
-    const float scale = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);  // as below
+    const float scale = rms_scale(sum, n, eps);
     auto* y4 = reinterpret_cast<float4*>(yr);
 #pragma unroll
     for (int k = 0; k < kCachedVecs; ++k) {
@@ -76,8 +77,7 @@ __global__ void __launch_bounds__(kNormThreads)
     for (int i = static_cast<int>(threadIdx.x); i < n; i += kNormThreads) sum += xr[i] * xr[i];
   }
   sum = block_sum(sum, scratch);
-  // As the CPU: mean first, then + eps, an IEEE sqrt and division (no rsqrtf).
-  const float scale = 1.0f / sqrtf(sum / static_cast<float>(n) + eps);
+  const float scale = rms_scale(sum, n, eps);
 
   if (kVec) {
     const auto* x4 = reinterpret_cast<const float4*>(xr);

@@ -15,6 +15,7 @@
 #include "backends/cuda/pointer_alignment.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/layer_kernels.h"
+#include "backends/cuda/rms_scale.cuh"
 #include "backends/cuda/warp_reduce.cuh"
 #include "common/error.h"
 
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kJoinThreads) add_branch_kernel(JoinArgs a) {
       sum += v * v;
     }
     sum = block_sum(sum, scratch);
-    inv = 1.0f / sqrtf(sum / static_cast<float>(a.n) + a.eps);  // as rms_norm and the CPU
+    inv = rms_scale(sum, a.n, a.eps);
   }
   float sum_x = 0.0f;  // of the new x, for the next norm
   for (int i = static_cast<int>(threadIdx.x); i < a.n; i += kJoinThreads) {
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(kJoinThreads) add_branch_kernel(JoinArgs a) {
   // so the normalized row may overwrite it. Each thread reads back the x
   // values it wrote itself.
   sum_x = block_sum(sum_x, scratch);
-  const float scale = 1.0f / sqrtf(sum_x / static_cast<float>(a.n) + a.eps);  // as rms_norm
+  const float scale = rms_scale(sum_x, a.n, a.eps);
   float* out = a.normed + offset;
   for (int i = static_cast<int>(threadIdx.x); i < a.n; i += kJoinThreads) {
     out[i] = xr[i] * scale * __ldg(a.next_norm + i);
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(kJoinThreads) add_branch_vec_kernel(JoinArgs a
   float inv = 1.0f;
   if (a.norm != nullptr) {
     sum = block_sum(sum, scratch);
-    inv = 1.0f / sqrtf(sum / static_cast<float>(a.n) + a.eps);  // as rms_norm and the CPU
+    inv = rms_scale(sum, a.n, a.eps);
   }
   float sum_x = 0.0f;
 #pragma unroll
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(kJoinThreads) add_branch_vec_kernel(JoinArgs a
   }
   if (a.next_norm == nullptr) return;
   sum_x = block_sum(sum_x, scratch);  // also orders the branch's reads before the writes below
-  const float scale = 1.0f / sqrtf(sum_x / static_cast<float>(a.n) + a.eps);  // as rms_norm
+  const float scale = rms_scale(sum_x, a.n, a.eps);
   auto* out4 = reinterpret_cast<float4*>(a.normed + offset);
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {

@@ -40,6 +40,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kv_store.cuh"
 #include "backends/cuda/layer_kernels.h"
+#include "backends/cuda/rms_scale.cuh"
 #include "backends/cuda/warp_reduce.cuh"
 #include "common/error.h"
 
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(kHeadThreads) heads_kernel(HeadsArgs a) {
       sum += v * v;
     }
     sum = warp_sum(sum);
-    const float scale = 1.0f / sqrtf(sum / static_cast<float>(a.head_dim) + a.eps);
+    const float scale = rms_scale(sum, a.head_dim, a.eps);
     for (int i = lane; i < a.head_dim; i += kWarpSize) normed[i] = normed[i] * scale * __ldg(rows.norm + i);
     __syncwarp();
     for (int i = n_rot + lane; i < a.head_dim; i += kWarpSize) head[i] = normed[i];  // not rotated
