@@ -475,7 +475,7 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
     }
     // One or two tokens: the activation in the gate/up product's epilogue.
     const GatedActivation act = gelu ? GatedActivation::GeluTanh : GatedActivation::Silu;
-    const bool paired = w.w_gate_up.rows > 0 && w.w_gate_up.rows == 2 * w.w_gate.rows;
+    const bool paired = w.w_gate_up.rows == 2 * w.w_gate.rows;  // back to back (rows 0 when not)
     if (paired && matvec_gated(w.w_gate_up, w.w_gate.rows, act, xn_, n, gate_, stream_)) {
       stage_timer_.mark(stream_, "gate_up_activation");
     } else {

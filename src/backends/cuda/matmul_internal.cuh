@@ -174,8 +174,9 @@ bool visit_decoder(gguf::TensorType type, Visitor&& visitor) {
 inline constexpr int kMaxMatvecKernelTokens = 16;
 void launch_matvec(const Product& p);
 // A gated product (OutputParts::activation set, 1 to kMaxGatedTokens
-// tokens, not grouped) through the matvec kernel; false, having launched
-// nothing, for the types whose kernels do not gate (the float types).
+// tokens, not grouped: matvec_gated checks) through the matvec kernel;
+// false, having launched nothing, for the types whose kernels do not gate
+// (the float types).
 bool launch_matvec_gated(const Product& p);
 // The matvec kernel alone (n_tokens up to kMaxMatvecKernelTokens), whatever
 // launch_matvec would choose: for the bench.

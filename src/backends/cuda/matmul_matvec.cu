@@ -676,10 +676,8 @@ bool launch_matvec_gated(const Product& p) {
     constexpr bool kGates = gatable<Wide>(1, rows_for_few_tokens<Wide, 1>(), 64, false) &&
                             gatable<Wide>(2, rows_for_few_tokens<Wide, 2>(), 64, false);
     if constexpr (kGates) {
-      if (p.n_tokens >= 1 && p.n_tokens <= kMaxGatedTokens && p.grouping.items == nullptr) {
-        launch_for_tokens<typename decltype(tag)::type>(p);
-        launched = true;
-      }
+      launch_for_tokens<typename decltype(tag)::type>(p);
+      launched = true;
     }
   });
   return launched;
