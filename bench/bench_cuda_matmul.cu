@@ -131,37 +131,6 @@ double copy_bandwidth_gb_per_s(cudaStream_t stream) {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e6);
 }
 
-constexpr int kFmaChains = 8;
-constexpr int kFmaUnroll = 16;
-
-__global__ void fma_peak_kernel(float* out, int iterations, float a, float b) {
-  float r[kFmaChains];
-#pragma unroll
-  for (int c = 0; c < kFmaChains; ++c) r[c] = static_cast<float>(threadIdx.x + c);
-  for (int i = 0; i < iterations; ++i) {
-#pragma unroll
-    for (int u = 0; u < kFmaUnroll; ++u) {
-#pragma unroll
-      for (int c = 0; c < kFmaChains; ++c) r[c] = fmaf(r[c], a, b);
-    }
-  }
-  float sum = 0;
-#pragma unroll
-  for (int c = 0; c < kFmaChains; ++c) sum += r[c];
-  out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
-}
-
-double fma_peak_gflop_per_s(cudaStream_t stream, int sms) {
-  const int threads = 256, blocks = sms * 8, iterations = 4096;
-  DeviceArray<float> out(static_cast<size_t>(threads) * blocks);
-  const double ms = time_ms(stream, 1, 9, [&](int) {
-    fma_peak_kernel<<<blocks, threads, 0, stream>>>(out.data, iterations, 0.999f, 0.001f);
-    M40_CUDA_CHECK_LAUNCH();
-  });
-  const double flop = 2.0 * kFmaChains * kFmaUnroll * static_cast<double>(iterations) * threads * blocks;
-  return flop / (ms * 1e6);
-}
-
 // A kernel that only reads: each thread loads kReadLoads 16-byte words (all
 // issued before any is used) of a buffer and folds them into one word per
 // block. Timed over the byte count of a weight matrix, it says what a single
@@ -355,7 +324,7 @@ int main(int argc, char** argv) {
     M40_CUDA_CHECK(cudaStreamCreate(&stream));
 
     const double copy_gbps = copy_bandwidth_gb_per_s(stream);
-    const double fma_gflops = fma_peak_gflop_per_s(stream, prop.multiProcessorCount);
+    const double fma_gflops = m40::bench::fma_peak_gflop_per_s(prop.multiProcessorCount);
     std::printf("device: %s (sm_%d%d, %d SMs, %.0f MB L2)\n", prop.name, prop.major, prop.minor,
                 prop.multiProcessorCount, prop.l2CacheSize / 1048576.0);
     std::printf("copy bandwidth (cudaMemcpy D2D, read + write): %.1f GB/s\n", copy_gbps);

@@ -24,7 +24,7 @@ __device__ inline uint32_t hash32(uint64_t i) {
 }
 
 // Uniform values in [-1, 1), as FP16 bits or floats.
-__global__ inline void fill_halves(uint16_t* dst, int64_t n, uint32_t seed) {
+static __global__ void fill_halves(uint16_t* dst, int64_t n, uint32_t seed) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float u = static_cast<float>(hash32(static_cast<uint64_t>(i) + seed) >> 8) * (1.0f / 16777216.0f);
@@ -32,7 +32,7 @@ __global__ inline void fill_halves(uint16_t* dst, int64_t n, uint32_t seed) {
   }
 }
 
-__global__ inline void fill_floats(float* dst, int64_t n, uint32_t seed) {
+static __global__ void fill_floats(float* dst, int64_t n, uint32_t seed) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     dst[i] = static_cast<float>(hash32(static_cast<uint64_t>(i) + seed) >> 8) * (2.0f / 16777216.0f) - 1.0f;
@@ -120,6 +120,41 @@ inline double print_device_and_copy_bandwidth() {
   const double gbs = copy_bandwidth_gb_per_s();
   std::printf("copy bandwidth (read + write): %.1f GB/s\n\n", gbs);
   return gbs;
+}
+
+// The FP32 FMA peak: 8 blocks of 256 threads per SM, each thread running
+// 8 independent FMA chains (2 FLOP per FMA); GFLOP/s. The ceiling the
+// FP32-bound products are measured against.
+constexpr int kFmaChains = 8;
+constexpr int kFmaUnroll = 16;
+
+static __global__ void fma_peak_kernel(float* out, int iterations, float a, float b) {
+  float r[kFmaChains];
+#pragma unroll
+  for (int c = 0; c < kFmaChains; ++c) r[c] = static_cast<float>(threadIdx.x + c);
+  for (int i = 0; i < iterations; ++i) {
+#pragma unroll
+    for (int u = 0; u < kFmaUnroll; ++u) {
+#pragma unroll
+      for (int c = 0; c < kFmaChains; ++c) r[c] = fmaf(r[c], a, b);
+    }
+  }
+  float sum = 0;
+#pragma unroll
+  for (int c = 0; c < kFmaChains; ++c) sum += r[c];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+}
+
+inline double fma_peak_gflop_per_s(int sms) {
+  const int threads = 256, blocks = sms * 8, iterations = 4096;
+  float* out = device_alloc<float>(static_cast<size_t>(threads) * blocks);
+  const double ms = time_ms(9, [&] {
+    fma_peak_kernel<<<blocks, threads>>>(out, iterations, 0.999f, 0.001f);
+    M40_CUDA_CHECK_LAUNCH();
+  });
+  M40_CUDA_CHECK(cudaFree(out));
+  const double flop = 2.0 * kFmaChains * kFmaUnroll * static_cast<double>(iterations) * threads * blocks;
+  return flop / (ms * 1e6);
 }
 
 }  // namespace m40::bench

@@ -144,6 +144,18 @@ for program in bench_cuda_matmul bench_cuda_attention bench_cuda_layers bench_cu
   "$bin_dir/$program" > "$out/$program.md" 2>&1
   row "$program" "exit $?; see $program.md"
 done
+# cuBLAS SGEMM at the same shapes, the FP32 ceiling of the tiles: built here
+# against this machine's CUDA (the M40 build carries no cuBLAS).
+if command -v nvcc >/dev/null; then
+  m40_log "gpu-run: bench_cublas_sgemm"
+  if nvcc -O3 -std=c++17 -arch="sm_$gpu_arch" -I"$M40_ROOT/src" "$M40_ROOT/bench/bench_cublas_sgemm.cu" -lcublas \
+      -o "$out/bench_cublas_sgemm" > "$out/bench_cublas_sgemm.build.log" 2>&1; then
+    "$out/bench_cublas_sgemm" > "$out/bench_cublas_sgemm.md" 2>&1
+    row bench_cublas_sgemm "exit $?; see bench_cublas_sgemm.md"
+  else
+    row bench_cublas_sgemm "build failed; see bench_cublas_sgemm.build.log"
+  fi
+fi
 copy=$(grep -m1 'copy bandwidth' "$out/bench_cuda_matmul.md" | sed 's/.*: //')
 row "copy bandwidth" "${copy:-?}"
 while IFS= read -r line; do
