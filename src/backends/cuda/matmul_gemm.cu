@@ -28,6 +28,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/matmul_internal.cuh"
+#include "backends/cuda/prefill_plan.h"
 #include "backends/cuda/stream_scratch.h"
 #include "common/error.h"
 
@@ -66,8 +67,9 @@ struct TileShape {
 // 128 x 64 tile with 8 x 4 (three loads per 32 FMAs, two blocks per SM), an
 // H200 runs 512-token products 10-24% faster (F16 11008x4096 1.55 -> 1.32
 // ms, Q8_0 1.93 -> 1.56, Q4_K 1.61 -> 1.38; docs/benchmarks.md). Products
-// whose 128 x 128 tiles would not fill the GPU keep the 128 x 64 tile
-// (launch_gemm).
+// whose 128 x 128 tiles would not fill the GPU keep the 128 x 64 tile, and
+// either tile is split over K where its waves are short or ragged
+// (plan_prefill, prefill_plan.h).
 using PrefillShape = TileShape<128, 128, 32, 256, 2, 4, 2>;
 using ShortPrefillShape = TileShape<128, 64, 32, 256, 2, 4>;
 static_assert(ShortPrefillShape::kTileTokens == kGroupedGemmTileTokens && kGroupedGemmTileTokens == kMaxExpertGemmTokens,
@@ -133,6 +135,15 @@ constexpr int min_gemm_blocks_per_sm() {
   if (Shape::kThreads == 256) return Shape::kTokenChunks == 2 ? 1 : 2;
   return 4;
 }
+
+// plan_prefill (prefill_plan.h) plans with these shapes.
+template <class Shape>
+constexpr bool matches(const PrefillTile& tile) {
+  return Shape::kTileRows == tile.rows && Shape::kTileTokens == tile.tokens && Shape::kTileK == tile.k_step &&
+         min_gemm_blocks_per_sm<DecodeF32, Shape>() == tile.blocks_per_sm;
+}
+static_assert(matches<PrefillShape>(kWidePrefillTile) && matches<ShortPrefillShape>(kShortPrefillTile),
+              "prefill_plan.h describes the prefill tiles");
 
 template <class Dec, class Shape>
 __global__ void __launch_bounds__(Shape::kThreads, min_gemm_blocks_per_sm<Dec, Shape>())
@@ -295,19 +306,6 @@ int decode_splits(const Product& p) {
   return splits;
 }
 
-// K splits for a prompt product whose 128 x 64 tiles fill under half of the
-// SMs (a 128-row MoE router or the K and V of a few KV heads at a 512-token
-// prompt: 8 to 32 tiles for 132 SMs): parts enough for the resident blocks
-// (two an SM), each at least 4 K steps, at most 16; none without a
-// stream-ordered pool for the partial sums.
-int prefill_splits(const Product& p) {
-  const int tiles = (p.rows + ShortPrefillShape::kTileRows - 1) / ShortPrefillShape::kTileRows *
-                    ((p.n_tokens + ShortPrefillShape::kTileTokens - 1) / ShortPrefillShape::kTileTokens);
-  const int sms = current_multiprocessor_count();
-  if (2 * tiles > sms || !scratch_pool_ready(p.stream)) return 1;
-  return std::max(1, std::min({2 * sms / tiles, 16, p.cols / ShortPrefillShape::kTileK / 4}));
-}
-
 // The splits' partial sums added in split order (the same result every
 // run), stored as the product's kernel would (store_product_sum: y plus the
 // residual, or the fused parts).
@@ -338,21 +336,10 @@ void launch_splitk_reduce(const Product& p, const float* partial, int splits) {
 void launch_gemm(const Product& p) {
   visit_decoder(p.type, [&](auto tag) {
     using Dec = typename decltype(tag)::type;
-    // The 128-token tile when its waves (a block per SM) are nearly full:
-    // whole waves cost less than 1.3 times the tiles' share of the SMs,
-    // which is about what the 128 x 64 tile's twice as many blocks take for
-    // the same work on an H200 (4096 rows, 256 tokens: 64 blocks of
-    // 128 x 128 for 132 SMs took 0.44 ms, 128 of 128 x 64 0.28; 11008 rows:
-    // 172 blocks 0.92 ms against 0.83; 512 tokens: 0.47 against 0.55 and
-    // 1.38 against 1.61).
-    const int sms = current_multiprocessor_count();
-    const int tiles_128 = (p.rows + PrefillShape::kTileRows - 1) / PrefillShape::kTileRows *
-                          ((p.n_tokens + PrefillShape::kTileTokens - 1) / PrefillShape::kTileTokens);
-    const int waves = (tiles_128 + sms - 1) / sms;
-    if (p.n_tokens <= ShortPrefillShape::kTileTokens || 10 * waves * sms >= 13 * tiles_128) {
-      return launch_shape<Dec, ShortPrefillShape>(p, prefill_splits(p));
-    }
-    launch_shape<Dec, PrefillShape>(p);
+    const PrefillPlan plan = plan_prefill(p.rows, p.cols, p.n_tokens, current_multiprocessor_count(),
+                                          scratch_pool_ready(p.stream));
+    if (plan.wide) return launch_shape<Dec, PrefillShape>(p, plan.splits);
+    launch_shape<Dec, ShortPrefillShape>(p, plan.splits);
   });
 }
 

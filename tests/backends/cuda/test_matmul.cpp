@@ -31,6 +31,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/matmul.h"
+#include "backends/cuda/prefill_plan.h"
 #include "common/error.h"
 #include "device_buffer.h"
 #include "model/weights.h"
@@ -361,6 +362,22 @@ TEST(MatmulShapes, GemmWideTileMatchesCpu) {
   }
 }
 
+// The 128 x 128 tile split over K: the smallest product of 65 tokens and
+// 1024 columns that plan_prefill gives the wide tile and more than one part
+// on this GPU (a ragged last wave), against the CPU.
+TEST(MatmulShapes, GemmWideTileSplitOverKMatchesCpu) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const int sms = current_multiprocessor_count();
+  int64_t rows = 0;
+  for (int64_t tiles = 1; tiles <= 64 * int64_t{sms} && rows == 0; ++tiles) {
+    const mm::PrefillPlan plan = mm::plan_prefill(static_cast<int>(128 * tiles), 1024, 65, sms, true);
+    if (plan.wide && plan.splits > 1) rows = 128 * tiles;
+  }
+  ASSERT_GT(rows, 0) << "no split wide-tile product for " << sms << " SMs";
+  Checker checker;
+  checker.expect_matches_cpu(random_weight(TensorType::Q4_K, rows, 1024, 23), 65, Kernel::Gemm);
+}
+
 // matmul() sends up to 32 tokens to matvec and more to gemm; matvec also
 // takes more than 32 (in chunks).
 TEST_P(Matmul, EveryBatchSizeThroughEveryEntryPoint) {
@@ -511,6 +528,58 @@ TEST(MatmulArguments, GatedProductsCheckTheirHalves) {
   }
   EXPECT_THROW(matvec_gated(w, 3, GatedActivation::None, x, 1, y, nullptr), Error);
   EXPECT_FALSE(matvec_gated(w, 3, GatedActivation::Silu, x + 1, 1, y, nullptr));  // x off its alignment
+}
+
+// The prefill plan (no GPU needed): which tile, and how many parts of K.
+TEST(MatmulPlan, PrefillSplitsFillTheWaves) {
+  constexpr int kH100 = 132, kM40 = 24;
+  // 11008 x 4096 at 128 tokens on 132 SMs: 172 tiles of 128 x 64 for 264
+  // block slots (0.65 of a wave). Three parts make 516 blocks, 2 waves of
+  // a third of the work each (2/3 of the unsplit time) for 3 x 11 MB of
+  // partial sums; six would take 4 waves of a sixth, the same, with twice
+  // the partial sums.
+  mm::PrefillPlan plan = mm::plan_prefill(11008, 4096, 128, kH100, true);
+  EXPECT_FALSE(plan.wide);
+  EXPECT_EQ(plan.splits, 3);
+  // No scratch for partial sums: no split.
+  EXPECT_EQ(mm::plan_prefill(11008, 4096, 128, kH100, false).splits, 1);
+  // Whole waves stay whole: 4096 x 4096 at 512 tokens is 128 wide tiles for
+  // 132 SMs, and 12288 x 4096 on an M40 16 waves of 24.
+  plan = mm::plan_prefill(4096, 4096, 512, kH100, true);
+  EXPECT_TRUE(plan.wide);
+  EXPECT_EQ(plan.splits, 1);
+  plan = mm::plan_prefill(12288, 4096, 512, kM40, true);
+  EXPECT_TRUE(plan.wide);
+  EXPECT_EQ(plan.splits, 1);
+  // A 128-row router at 512 tokens (8 tiles of 128 x 64) fills the GPU only
+  // in parts: as many as K allows (16 of 4 steps for 2048 columns).
+  EXPECT_EQ(mm::plan_prefill(128, 2048, 512, kH100, true).splits, 16);
+  // Few K steps: no part gets fewer than 4.
+  EXPECT_EQ(mm::plan_prefill(128, 256, 512, kH100, true).splits, 2);
+  EXPECT_EQ(mm::plan_prefill(128, 128, 512, kH100, true).splits, 1);
+  // Whatever the shape: 1 to 16 parts of at least 4 K steps, and a split
+  // leaves fewer idle block slots in the last wave than none.
+  for (const int sms : {kM40, 80, kH100}) {
+    for (const int rows : {128, 1024, 4096, 11008, 22016, 32000}) {
+      for (const int cols : {256, 4096, 11008}) {
+        for (const int tokens : {65, 128, 256, 512, 2048}) {
+          plan = mm::plan_prefill(rows, cols, tokens, sms, true);
+          const mm::PrefillTile& tile = plan.wide ? mm::kWidePrefillTile : mm::kShortPrefillTile;
+          SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + ", " + std::to_string(tokens) +
+                       " tokens, " + std::to_string(sms) + " SMs: " + std::to_string(plan.splits) + " parts");
+          ASSERT_GE(plan.splits, 1);
+          ASSERT_LE(plan.splits, 16);
+          if (plan.splits == 1) continue;
+          EXPECT_GE(cols / tile.k_step / plan.splits, 4);
+          const int64_t tiles = int64_t{(rows + tile.rows - 1) / tile.rows} * ((tokens + tile.tokens - 1) / tile.tokens);
+          const int64_t slots = int64_t{tile.blocks_per_sm} * sms;
+          const double unsplit_waves = static_cast<double>((tiles + slots - 1) / slots);
+          const double split_waves = static_cast<double>((tiles * plan.splits + slots - 1) / slots) / plan.splits;
+          EXPECT_LT(split_waves, unsplit_waves);
+        }
+      }
+    }
+  }
 }
 
 TEST(MatmulArguments, DedicatedKernelTypes) {
