@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/matmul_internal.cuh"
+#include "backends/cuda/prefill_plan.h"
 #include "common/error.h"
 #include "quant/block_types.h"
 
@@ -326,18 +327,19 @@ namespace {
 // Whether the current GPU has so many SMs that the prefill gemm's 128-row x
 // 64-token tiles leave most of them idle for a few dozen tokens (a 4096-row
 // matrix is 32 tiles): on an H200 (132 SMs) a mixed server step of 72 tokens
-// runs 2-3x faster as chunks of 32 through the decode tiles, each reading the
-// weights (bench_cuda_matmul, "kernel choice"). An M40 (24 SMs) keeps the
-// prefill tiles, which do more FMAs per load.
+// ran 2-3x faster as chunks of 32 through the decode tiles, each reading the
+// weights (bench_cuda_matmul, "kernel choice"), before the prefill tiles
+// were split over K; decode_chunks_beat_prefill (prefill_plan.h) weighs the
+// two now. An M40 (24 SMs) keeps the prefill tiles, which do more FMAs per
+// load.
 bool many_sms() { return current_multiprocessor_count() >= 64; }
-
-constexpr int kMaxChunkedDecodeTokens = 96;
 
 }  // namespace
 
 void matmul(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
             cudaStream_t stream) {
-  if (n_tokens <= kMaxMatvecTokens || (n_tokens <= kMaxChunkedDecodeTokens && many_sms())) {
+  if (n_tokens <= kMaxMatvecTokens || (n_tokens <= mm::kMaxChunkedDecodeTokens && many_sms() &&
+                                       mm::decode_chunks_beat_prefill(n_tokens))) {
     matvec(w, x, n_tokens, y, residual, stream);
   } else {
     gemm(w, x, n_tokens, y, residual, stream);

@@ -66,4 +66,25 @@ PrefillPlan plan_prefill(int rows, int cols, int n_tokens, int sms, bool can_spl
   return plan;
 }
 
+// Costs in 32-token decode-tile passes, measured end to end on an H100
+// (Llama-2-7B shape, Q4_K_M, F16 and Q8_0, pp40 to pp96, 2026-11-27,
+// docs/benchmarks.md): a 64-token prefill tile (K split where its
+// waves are short) about 1.5 passes; a remainder of r <= 16 tokens, which
+// the matvec and skinny kernels take, about r / 22 of a pass; 17 to 31
+// tokens a whole pass. So 40 tokens (1.36 against 1.5) and 80 (2.73
+// against 3) go in chunks, 48 (1.73 against 1.5), 64 (2 against 1.5) and
+// 96 (3 against 3) to the prefill tile.
+bool decode_chunks_beat_prefill(int n_tokens) {
+  constexpr double kPrefillTilePasses = 1.5;
+  constexpr double kMatvecPassPerToken = 1.0 / 22.0;
+  constexpr int kChunk = 32;
+  constexpr int kMaxMatvecRemainder = 16;
+  const int remainder = n_tokens % kChunk;
+  const double chunked = n_tokens / kChunk + (remainder == 0                       ? 0.0
+                                              : remainder <= kMaxMatvecRemainder ? remainder * kMatvecPassPerToken
+                                                                                 : 1.0);
+  const double prefill = kPrefillTilePasses * ((n_tokens + kShortPrefillTile.tokens - 1) / kShortPrefillTile.tokens);
+  return chunked < prefill;
+}
+
 }  // namespace m40::cuda::mm

@@ -28,4 +28,11 @@ PrefillPlan plan_prefill(int rows, int cols, int n_tokens, int sms, bool can_spl
 // The K splits of `tile` alone (plan_prefill's second half).
 int prefill_splits(const PrefillTile& tile, int rows, int cols, int n_tokens, int sms);
 
+// On a GPU of many SMs, whether n_tokens (33 to kMaxChunkedDecodeTokens)
+// cost less as chunks of 32 through the decode products, each reading the
+// weights, than as one prefill product, whose 64-token tiles pad the batch
+// (matmul() asks; an M40's 24 SMs keep the prefill tiles).
+inline constexpr int kMaxChunkedDecodeTokens = 96;
+bool decode_chunks_beat_prefill(int n_tokens);
+
 }  // namespace m40::cuda::mm

@@ -582,6 +582,16 @@ TEST(MatmulPlan, PrefillSplitsFillTheWaves) {
   }
 }
 
+// On GPUs of many SMs, 33 to 96 tokens: chunks of 32 through the decode
+// products where the 64-token prefill tiles would be mostly padding (a
+// remainder of a few tokens costs little in the matvec kernels), the prefill
+// product where its tiles are full. The H100 measurements behind the costs:
+// pp40 and pp80 faster in chunks, pp48, pp64 and pp96 in the prefill tile.
+TEST(MatmulPlan, DecodeChunksWhereThePrefillTilesWouldBePadding) {
+  for (const int n : {33, 40, 65, 72, 80}) EXPECT_TRUE(mm::decode_chunks_beat_prefill(n)) << n << " tokens";
+  for (const int n : {48, 56, 64, 96}) EXPECT_FALSE(mm::decode_chunks_beat_prefill(n)) << n << " tokens";
+}
+
 TEST(MatmulArguments, DedicatedKernelTypes) {
   for (const TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
                              TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
