@@ -3,6 +3,7 @@
 // chosen experts' grouped products, a shared expert's dense FFN, and the
 // combination joined to the residual stream.
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/device.h"
 #include "backends/cuda/moe.h"
 
 namespace m40::cuda {
@@ -21,7 +22,9 @@ bool CudaBackend::enqueue_moe_ffn(const LayerOnDevice& w, int n, const float* ne
     matmul(w.router, xn_, n, router_logits_, nullptr, stream_);
   }
   stage_timer_.mark(stream_, "moe_router");
-  const int item_tokens = expert_item_tokens(n, k, n_expert);
+  const gguf::TensorType expert_type = w.gate_up_exps.rows > 0 ? w.gate_up_exps.type : w.gate_exps.type;
+  const int item_tokens =
+      expert_item_tokens(n, k, n_expert, expert_tile_share(expert_type, current_multiprocessor_count()));
   const int n_items = max_expert_items(n, k, n_expert, item_tokens);
   route_and_group(router_logits_, n, n_expert, k, hp.desc->expert_weights_renormalized, item_tokens, n_items,
                   expert_ids_, expert_weights_, sorted_slots_, slot_rows_, expert_items_, stream_);

@@ -45,6 +45,11 @@ void select_device(int index);
 // once per device (kernel launchers size their grids by it on every call).
 int current_multiprocessor_count();
 
+// From this many SMs on (an H100 or H200: 132; an M40 has 24) a product of
+// a few dozen tokens leaves most SMs idle in the prefill tiles, and the
+// kernel choices that fill them (matmul, the MoE work items) differ.
+inline constexpr int kManyMultiprocessors = 64;
+
 // A positive value of the calling thread's current device that `ask()`
 // gives, asked once per device and kept in `known` (one slot per device
 // index below 64, 0 while not asked; devices past 64 are asked every time).

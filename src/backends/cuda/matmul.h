@@ -73,7 +73,8 @@ bool matvec_gated(const DeviceWeight& w, int64_t gate_rows, GatedActivation act,
 // needed. Items with expert < 0 do nothing (the grid is sized for the most
 // items a step can have, so that it can be captured in a graph). count <=
 // item_tokens, which picks the kernel: up to kMaxExpertMatvecTokens the
-// decode kernel, up to kMaxExpertGemmTokens the prefill gemm tile.
+// decode kernel, up to 16 and 32 the 16- and 32-token decode tiles, up to
+// kMaxExpertGemmTokens the prefill gemm tile.
 struct ExpertItem {
   int32_t expert = -1;
   int32_t first = 0;
@@ -85,6 +86,11 @@ inline constexpr int kMaxExpertGemmTokens = 64;
 void grouped_matmul(const DeviceWeight& experts, int n_expert, const float* x, bool x_by_token, int item_tokens,
                     const ExpertItem* items, int n_items, float* y, cudaStream_t stream);
 
+// The block formats whose 2-byte-aligned blocks the gemm tiles load with
+// many small loads (Q8_0, Q4_0, IQ4_NL): their 17-32-token products run as
+// two matvec launches, and their experts take tiles only from larger shares
+// of a step's tokens (expert_tile_share, moe.h).
+bool tiles_load_slowly(gguf::TensorType type);
 // Picks matvec for n_tokens <= kMaxMatvecTokens, else gemm.
 void matmul(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,
             cudaStream_t stream);

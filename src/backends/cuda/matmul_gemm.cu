@@ -344,7 +344,13 @@ void launch_gemm(const Product& p) {
 }
 
 void launch_gemm_grouped(const Product& p) {
-  visit_decoder(p.type, [&](auto tag) { launch_shape<typename decltype(tag)::type, ShortPrefillShape>(p); });
+  // The smallest tile that holds an item (expert_item_tokens, moe.h).
+  visit_decoder(p.type, [&](auto tag) {
+    using Dec = typename decltype(tag)::type;
+    if (p.n_tokens <= Decode16Shape::kTileTokens) return launch_shape<Dec, Decode16Shape>(p);
+    if (p.n_tokens <= Decode32Shape::kTileTokens) return launch_shape<Dec, Decode32Shape>(p);
+    launch_shape<Dec, ShortPrefillShape>(p);
+  });
 }
 
 void launch_gemm_decode(const Product& p) {

@@ -200,7 +200,9 @@ void launch_splitk_reduce(const Product& p, const float* partial, int splits);
 
 // The tiled prefill gemm kernel: any n_tokens, cols % 32 == 0, alignment holds.
 void launch_gemm(const Product& p);
-// Its 64-token tile for a grouped product (an item per token tile, no split).
+// A grouped product's items (one token tile each, no split): the 16- or
+// 32-token decode tile or the 64-token prefill tile, the smallest that
+// holds item_tokens.
 inline constexpr int kGroupedGemmTileTokens = 64;
 void launch_gemm_grouped(const Product& p);
 

@@ -52,7 +52,7 @@
 // F16) and keep more sums than registers allow here; they go to the gemm
 // kernel with a single token tile (matmul_gemm.cu), which reads every weight
 // once, except for the 2-byte-aligned block formats (Q8_0, Q4_0, IQ4_NL),
-// whose tile loads cost more than a second matvec launch (kMatvecPast16).
+// whose tile loads cost more than a second matvec launch (tiles_load_slowly).
 // Q4_K at 3 to 16 tokens takes the skinny kernel instead (matmul_skinny.cu),
 // and a grouped product's narrow rows lane groups of their width
 // (launch_wide, launch_for_tokens).
@@ -659,14 +659,6 @@ void launch_for_tokens(const Product& p) {
 
 }  // namespace
 
-// Formats whose 17-32-token products run as two matvec launches rather than
-// one gemm tile: the 2-byte-aligned blocks, which the tile loads with many
-// small loads (H200, 32 tokens: Q8_0 11008x4096 147 us against 168,
-// 4096x4096 62 against 69). The others are faster in the tile.
-template <class Dec>
-inline constexpr bool kMatvecPast16 =
-    std::is_same_v<Dec, DecodeQ8_0> || std::is_same_v<Dec, DecodeQ4_0> || std::is_same_v<Dec, DecodeIQ4_NL>;
-
 bool launch_matvec_gated(const Product& p) {
   bool launched = false;
   visit_decoder(p.type, [&](auto tag) {
@@ -697,7 +689,7 @@ void launch_matvec(const Product& p) {
   visit_decoder(p.type, [&](auto tag) {
     using Dec = typename decltype(tag)::type;
     if (p.n_tokens <= kMaxMatvecKernelTokens) return launch_for_tokens<Dec>(p);
-    if (!kMatvecPast16<Dec>) return launch_gemm_decode(p);
+    if (!tiles_load_slowly(p.type)) return launch_gemm_decode(p);
     launch_for_tokens<Dec>(p.token_slice(0, kMaxMatvecKernelTokens));
     launch_for_tokens<Dec>(p.token_slice(kMaxMatvecKernelTokens, p.n_tokens - kMaxMatvecKernelTokens));
   });

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device.h"
 #include "backends/cuda/grid_size.h"
 #include "backends/cuda/rms_scale.cuh"
 #include "backends/cuda/warp_reduce.cuh"
@@ -556,16 +557,22 @@ void route_experts(const float* logits, int n_tokens, int n_expert, int k, bool 
   M40_CUDA_CHECK_LAUNCH();
 }
 
-int expert_item_tokens(int n_tokens, int k, int n_expert) {
+int expert_item_tokens(int n_tokens, int k, int n_expert, int tile_share) {
   const int64_t even_share = (int64_t{n_tokens} * k + n_expert - 1) / n_expert;
-  // Past 4 x the decode kernel's tokens an expert's weights are read so
-  // often that the gemm tile's padding costs less; below, the decode kernel
-  // re-reads a busy expert's weights rather than multiply padding (on an
-  // M40, 8 tokens of Q4_K are already FP32-bound).
-  if (even_share > 4 * kMaxExpertMatvecTokens) return kMaxExpertGemmTokens;
+  if (even_share > tile_share) {
+    for (const int tile : {16, 32}) {
+      if (even_share <= tile) return tile;
+    }
+    return kMaxExpertGemmTokens;
+  }
   int tokens = 1;
   while (tokens < even_share && tokens < kMaxExpertMatvecTokens) tokens *= 2;
   return tokens;
+}
+
+int expert_tile_share(gguf::TensorType type, int multiprocessors) {
+  if (multiprocessors < kManyMultiprocessors) return 4 * kMaxExpertMatvecTokens;
+  return tiles_load_slowly(type) ? 2 * kMaxExpertMatvecTokens : kMaxExpertMatvecTokens;
 }
 
 int max_expert_items(int n_tokens, int k, int n_expert, int item_tokens) {

@@ -34,11 +34,22 @@ void route_experts(const float* logits, int n_tokens, int n_expert, int k, bool 
                    float* weights, cudaStream_t stream);
 
 // Tokens per work item for a step of n_tokens (matmul.h, grouped_matmul):
-// about the tokens an expert gets when the n_tokens * k choices spread evenly
-// over the experts, as a power of two up to kMaxExpertMatvecTokens (the
-// decode kernel), or kMaxExpertGemmTokens (the prefill tile) where that
-// share passes 4 x kMaxExpertMatvecTokens.
-int expert_item_tokens(int n_tokens, int k, int n_expert);
+// the tokens an expert gets when the n_tokens * k choices spread evenly over
+// the experts (its even share) as a power of two up to
+// kMaxExpertMatvecTokens (the decode kernel, re-reading a busy expert's
+// weights) while that share is at most tile_share; past it the gemm tile
+// that holds the share: 16 or 32 tokens (the decode tiles) or
+// kMaxExpertGemmTokens (the prefill tile), so that padding stays under half.
+int expert_item_tokens(int n_tokens, int k, int n_expert, int tile_share);
+
+// The even share past which a step's experts take gemm tiles: 4 x
+// kMaxExpertMatvecTokens on a GPU of few SMs (an M40, where 8 tokens of
+// Q4_K are already FP32-bound and a tile's padding costs FMAs); on one of
+// kManyMultiprocessors or more kMaxExpertMatvecTokens, or twice that for
+// the formats whose tile loads are slow (tiles_load_slowly). Measured on an
+// H100, a 4-layer Qwen3-30B-A3B shape (docs/benchmarks.md): Q4_K_M pp128
+// 1.9x and pp256 2.3x, Q8_0 pp256 +21% (at shares of 8 it lost 3%).
+int expert_tile_share(gguf::TensorType type, int multiprocessors);
 
 // The most work items a step can make: (slots + chosen (item_tokens - 1)) /
 // item_tokens for n_tokens * k slots over at most min(n_expert, slots)

@@ -108,13 +108,28 @@ TEST(MoeCuda, RoutingRefusesBadArguments) {
 }
 
 TEST(MoeCuda, ItemSizesFollowTheTokensPerExpert) {
-  EXPECT_EQ(expert_item_tokens(1, 8, 128), 1);
-  EXPECT_EQ(expert_item_tokens(32, 8, 128), 2);
-  EXPECT_EQ(expert_item_tokens(8, 2, 8), 2);
-  EXPECT_EQ(expert_item_tokens(32, 2, 8), 4);   // 8 each: items of 4
-  EXPECT_EQ(expert_item_tokens(64, 2, 8), 4);   // 16 each
-  EXPECT_EQ(expert_item_tokens(65, 2, 8), kMaxExpertGemmTokens);
-  EXPECT_EQ(expert_item_tokens(512, 8, 128), kMaxExpertGemmTokens);
+  // A GPU of few SMs (an M40): the decode kernel up to shares of 16.
+  const int few = expert_tile_share(test::TensorType::Q4_K, 24);
+  EXPECT_EQ(few, 16);
+  EXPECT_EQ(expert_item_tokens(1, 8, 128, few), 1);
+  EXPECT_EQ(expert_item_tokens(32, 8, 128, few), 2);
+  EXPECT_EQ(expert_item_tokens(8, 2, 8, few), 2);
+  EXPECT_EQ(expert_item_tokens(32, 2, 8, few), 4);   // 8 each: items of 4
+  EXPECT_EQ(expert_item_tokens(64, 2, 8, few), 4);   // 16 each
+  EXPECT_EQ(expert_item_tokens(65, 2, 8, few), 32);  // 17 each: the 32-token tile
+  EXPECT_EQ(expert_item_tokens(512, 8, 128, few), 32);
+  EXPECT_EQ(expert_item_tokens(513, 8, 128, few), kMaxExpertGemmTokens);
+  // Many SMs: tiles from shares past 4 (past 8 for Q8_0, whose tile loads
+  // are slow), the smallest tile that holds the share.
+  const int many = expert_tile_share(test::TensorType::Q4_K, 132);
+  EXPECT_EQ(many, kMaxExpertMatvecTokens);
+  EXPECT_EQ(expert_tile_share(test::TensorType::Q8_0, 132), 2 * kMaxExpertMatvecTokens);
+  EXPECT_EQ(expert_item_tokens(16, 8, 128, many), 1);    // 1 each
+  EXPECT_EQ(expert_item_tokens(64, 8, 128, many), 4);    // 4 each
+  EXPECT_EQ(expert_item_tokens(128, 8, 128, many), 16);  // 8 each
+  EXPECT_EQ(expert_item_tokens(256, 8, 128, many), 16);
+  EXPECT_EQ(expert_item_tokens(257, 8, 128, many), 32);
+  EXPECT_EQ(expert_item_tokens(128, 8, 128, 2 * kMaxExpertMatvecTokens), 4);
   // Never fewer items than a step can make: every expert once, plus one
   // per item_tokens slots (checked against the worst case here, all slots
   // on as many experts as possible).
@@ -132,7 +147,8 @@ TEST(MoeCuda, NoRoutingMakesMoreItemsThanTheGridHas) {
   std::mt19937 rng(11);
   for (const auto& [k, n_expert] : {std::pair{1, 4}, std::pair{2, 8}, std::pair{8, 128}, std::pair{4, 60}}) {
     for (int n_tokens = 1; n_tokens <= 600; n_tokens += n_tokens < 40 ? 1 : 37) {
-      const int item_tokens = expert_item_tokens(n_tokens, k, n_expert);
+      for (const int tile_share : {kMaxExpertMatvecTokens, 2 * kMaxExpertMatvecTokens, 4 * kMaxExpertMatvecTokens}) {
+      const int item_tokens = expert_item_tokens(n_tokens, k, n_expert, tile_share);
       const int bound = max_expert_items(n_tokens, k, n_expert, item_tokens);
       for (int pattern = 0; pattern < 4; ++pattern) {
         std::vector<int> count(n_expert, 0);
@@ -151,7 +167,8 @@ TEST(MoeCuda, NoRoutingMakesMoreItemsThanTheGridHas) {
         int items = 0;
         for (const int c : count) items += (c + item_tokens - 1) / item_tokens;
         EXPECT_LE(items, bound) << n_tokens << " tokens, k " << k << ", " << n_expert << " experts, pattern "
-                                << pattern;
+                                << pattern << ", items of " << item_tokens;
+      }
       }
     }
   }
@@ -260,8 +277,8 @@ TEST(MoeCuda, RouteAndGroupRoutesAsTheCpuAndGroups) {
                            choice.data());
         for (const auto& ch : choice) ids.push_back(ch.expert), weights.push_back(ch.weight);
       }
-      expect_grouping(ids, c.k, c.n_expert, expert_item_tokens(c.n_tokens, c.k, c.n_expert), &logits, renormalize,
-                      &weights);
+      expect_grouping(ids, c.k, c.n_expert, expert_item_tokens(c.n_tokens, c.k, c.n_expert, 4 * kMaxExpertMatvecTokens),
+                      &logits, renormalize, &weights);
     }
   }
 }
@@ -269,16 +286,18 @@ TEST(MoeCuda, RouteAndGroupRoutesAsTheCpuAndGroups) {
 // grouped_matmul of random stacked experts against cpu::matmul of each
 // slot's expert, for n_tokens tokens choosing k of n_expert each.
 // With x_by_token (items of one token only), x holds the tokens and each
-// item reads its token's row, as the FFN's decode steps do.
+// item reads its token's row, as the FFN's decode steps do. tile_share:
+// expert_item_tokens's (4 x kMaxExpertMatvecTokens: a GPU of few SMs).
 void expect_grouped_product(test::TensorType type, int64_t rows, int64_t cols, int n_expert, int n_tokens, int k,
-                            cpu::ThreadPool& pool, bool x_by_token = false) {
+                            cpu::ThreadPool& pool, bool x_by_token = false,
+                            int tile_share = 4 * kMaxExpertMatvecTokens) {
+  const int item_tokens = x_by_token ? 1 : expert_item_tokens(n_tokens, k, n_expert, tile_share);
   SCOPED_TRACE(std::string(gguf::tensor_type_name(type)) + " " + std::to_string(rows) + " x " + std::to_string(cols) +
                ", " + std::to_string(n_expert) + " experts, " + std::to_string(n_tokens) + " tokens, k " +
-               std::to_string(k) + (x_by_token ? ", x by token" : ""));
+               std::to_string(k) + (x_by_token ? ", x by token" : "") + ", items of " + std::to_string(item_tokens));
   const test::HostWeight w = test::random_weight(type, rows * n_expert, cols, static_cast<uint32_t>(rows + cols));
   const auto ids = random_choices(n_tokens, k, n_expert, static_cast<uint32_t>(n_tokens));
   const int n_slots = n_tokens * k;
-  const int item_tokens = x_by_token ? 1 : expert_item_tokens(n_tokens, k, n_expert);
   const int n_items = max_expert_items(n_tokens, k, n_expert, item_tokens);
   // Rows in expert order, as the FFN gathers them (or the tokens' rows).
   const auto x = test::random_activations(static_cast<size_t>(x_by_token ? n_tokens : n_slots) * cols, 17);
@@ -340,8 +359,10 @@ TEST(MoeCuda, GroupedProductsMatchTheCpuInEveryType) {
     const int64_t cols = gguf::tensor_type_traits(type).block_size <= 32 ? 96 : 512;
     // Items of 1 token (the wide decoders; x gathered or read in place),
     // 2 and 4 (experts chosen more often than that split into several
-    // items), and the gemm tile of 64 (16 experts of 2 chosen at 160 tokens,
-    // Mixtral-like 4 of 2 at 40), rows not a multiple of the tiles.
+    // items), and the gemm tiles: of 32 (16 experts of 2 chosen at 160
+    // tokens, Mixtral-like 4 of 2 at 40: shares of 20), of 64 (16 of 2 at
+    // 300: 38), and on a GPU of many SMs of 16 (16 of 2 at 40: 5); rows not
+    // a multiple of the tiles.
     expect_grouped_product(type, 64, cols, 16, 1, 2, pool);
     expect_grouped_product(type, 64, cols, 16, 1, 2, pool, true);
     expect_grouped_product(type, 64, cols, 16, 3, 4, pool, true);  // some experts chosen twice: items of one token
@@ -349,6 +370,8 @@ TEST(MoeCuda, GroupedProductsMatchTheCpuInEveryType) {
     expect_grouped_product(type, 96, cols, 16, 32, 4, pool);
     expect_grouped_product(type, 130, cols, 16, 160, 2, pool);
     expect_grouped_product(type, 64, cols, 4, 40, 2, pool);
+    expect_grouped_product(type, 130, cols, 16, 300, 2, pool);
+    expect_grouped_product(type, 130, cols, 16, 40, 2, pool, false, kMaxExpertMatvecTokens);
     // Rows of every width class of the decode kernel's lane groups (16, 32,
     // 64 or 128 lanes a row by its units; an expert's down product of
     // Qwen3-30B-A3B has 768 columns), at items of one and two tokens.
