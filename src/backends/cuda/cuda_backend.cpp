@@ -420,8 +420,13 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
     if (w.qkv_parts == 3) {
       enqueue_xn_products(w.wqkv, {{&w.wq, q_}, {&w.wk, k_}, {&w.wv, v_}}, n);
     } else {
-      enqueue_xn_products(w.wqkv, {{&w.wq, q_}, {&w.wk, k_}}, n);
-      matmul(w.wv, xn_, n, v_, nullptr, stream_);
+      // V of another type than Q and K (Q6_K in half the layers of Q4_K_M
+      // files): the three in one launch at one token where matvec_pair can.
+      const OutputPart qk[2] = {{q_, w.wq.rows}, {k_, w.wk.rows}};
+      if (w.wqkv.rows == 0 || !matvec_pair(w.wqkv, qk, 2, w.wv, v_, xn_, n, stream_)) {
+        enqueue_xn_products(w.wqkv, {{&w.wq, q_}, {&w.wk, k_}}, n);
+        matmul(w.wv, xn_, n, v_, nullptr, stream_);
+      }
     }
     stage_timer_.mark(stream_, "qkv");
     if (w.bq != nullptr) {  // the loader gives all three biases or none

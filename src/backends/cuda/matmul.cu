@@ -248,22 +248,25 @@ void matvec(const DeviceWeight& w, const float* x, int n_tokens, float* y, const
 
 static_assert(kMaxFusedTokens == mm::kMaxMatvecKernelTokens, "fused products are the matvec kernel's");
 
-bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const OutputPart* parts, int n_parts,
-                  cudaStream_t stream) {
+namespace {
+
+// A fused product's parts checked against its weight (`what` names the
+// caller), set on the checked product.
+mm::Product parts_product(const char* what, const DeviceWeight& w, const float* x, int n_tokens,
+                          const OutputPart* parts, int n_parts, cudaStream_t stream) {
+  const std::string where = std::string(what) + ": ";
   if (n_parts < 1 || n_parts > kMaxOutputParts) {
-    throw Error("matvec_parts: " + std::to_string(n_parts) + " parts (1 to " + std::to_string(kMaxOutputParts) + ")");
+    throw Error(where + std::to_string(n_parts) + " parts (1 to " + std::to_string(kMaxOutputParts) + ")");
   }
   int64_t total = 0;
   for (int i = 0; i < n_parts; ++i) {
-    if (parts[i].rows <= 0 || parts[i].y == nullptr) throw Error("matvec_parts: part " + std::to_string(i) + " is empty");
+    if (parts[i].rows <= 0 || parts[i].y == nullptr) throw Error(where + "part " + std::to_string(i) + " is empty");
     total += parts[i].rows;
   }
   if (total != w.rows) {
-    throw Error("matvec_parts: the parts have " + std::to_string(total) + " rows, the weight " + std::to_string(w.rows));
+    throw Error(where + "the parts have " + std::to_string(total) + " rows, the weight " + std::to_string(w.rows));
   }
-  mm::Product p = checked_product("matvec_parts", w, x, n_tokens, parts[0].y, nullptr, stream);
-  if (p.rows == 0 || p.n_tokens == 0) return true;
-  if (n_tokens > kMaxFusedTokens || p.cols == 0 || !fast_path_fits(p)) return false;
+  mm::Product p = checked_product(what, w, x, n_tokens, parts[0].y, nullptr, stream);
   p.parts.n = n_parts;
   int end = 0;
   for (int i = 0; i < n_parts; ++i) {
@@ -271,8 +274,27 @@ bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const Out
     p.parts.end[i] = end;
     p.parts.y[i] = parts[i].y;
   }
+  return p;
+}
+
+}  // namespace
+
+bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const OutputPart* parts, int n_parts,
+                  cudaStream_t stream) {
+  const mm::Product p = parts_product("matvec_parts", w, x, n_tokens, parts, n_parts, stream);
+  if (p.rows == 0 || p.n_tokens == 0) return true;
+  if (n_tokens > kMaxFusedTokens || p.cols == 0 || !fast_path_fits(p)) return false;
   mm::launch_matvec(p);
   return true;
+}
+
+bool matvec_pair(const DeviceWeight& w, const OutputPart* parts, int n_parts, const DeviceWeight& other, float* y_other,
+                 const float* x, int n_tokens, cudaStream_t stream) {
+  const mm::Product a = parts_product("matvec_pair", w, x, n_tokens, parts, n_parts, stream);
+  const mm::Product b = checked_product("matvec_pair", other, x, n_tokens, y_other, nullptr, stream);
+  if (n_tokens != 1 || a.rows == 0 || b.rows == 0 || a.cols == 0 || b.cols == 0) return false;
+  if (!fast_path_fits(a) || !fast_path_fits(b)) return false;
+  return mm::launch_matvec_pair(a, b);
 }
 
 bool matvec_gated(const DeviceWeight& w, int64_t gate_rows, GatedActivation act, const float* x, int n_tokens,

@@ -47,6 +47,14 @@ inline constexpr int kMaxFusedTokens = 16;
 bool matvec_parts(const DeviceWeight& w, const float* x, int n_tokens, const OutputPart* parts, int n_parts,
                   cudaStream_t stream);
 
+// A fused product (as matvec_parts) and one more product of the same x in
+// one launch, at one token: a layer whose Q and K are of one type and V of
+// another (Q4_K_M files store V of half the layers as Q6_K) reads x for all
+// three in one launch instead of two. Q4_K beside Q6_K only; returns false
+// (having done nothing) for other types, more tokens, or layouts the decode
+// kernel does not read, and the caller runs the products apart.
+bool matvec_pair(const DeviceWeight& w, const OutputPart* parts, int n_parts, const DeviceWeight& other, float* y_other,
+                 const float* x, int n_tokens, cudaStream_t stream);
 // A gated decode product (a SwiGLU or GeGLU FFN's first half): W is a
 // layer's gate and up matrices back to back (gate_rows rows each, one type
 // and width), and y [n_tokens][gate_rows] gets act(gate x) * (up x), the

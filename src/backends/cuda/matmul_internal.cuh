@@ -178,6 +178,10 @@ void launch_matvec(const Product& p);
 // false, having launched nothing, for the types whose kernels do not gate
 // (the float types).
 bool launch_matvec_gated(const Product& p);
+// Two one-token products in one launch (matvec_pair_kernel): A, plain or
+// with fused parts, and B; false, having launched nothing, for pairs of
+// types without a paired kernel (Q4_K beside Q6_K has one).
+bool launch_matvec_pair(const Product& a, const Product& b);
 // The matvec kernel alone (n_tokens up to kMaxMatvecKernelTokens), whatever
 // launch_matvec would choose: for the bench.
 void launch_matvec_kernel(const Product& p);

@@ -278,12 +278,13 @@ __host__ __device__ constexpr bool gatable(int tokens, int rows, int lanes, bool
   return !float_type && tokens <= kMaxGatedTokens && !grouped && rows % 2 == 0 && lanes >= 64;
 }
 
+// Block `block` of a matvec_kernel launch (its index among the product's
+// blocks: matvec_pair_kernel runs two products' blocks in one grid).
 template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound, bool kLaneOrder, bool kGrouped>
-__global__ void __launch_bounds__(kMatvecThreads,
-                                  grouped_blocks_per_sm<Dec>(min_blocks_per_sm<Dec>(kTokens, kRows), kGrouped, kTokens, kLanes))
-    matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
-                  int x_stride, int n_tokens, float* y, const float* residual, OutputParts parts,
-                  ExpertGrouping grouping) {
+__device__ __forceinline__ void matvec_block(int block_index, const uint8_t* __restrict__ w, size_t row_bytes, int rows,
+                                             int cols, const float* __restrict__ x, int x_stride, int n_tokens,
+                                             float* y, const float* residual, OutputParts parts,
+                                             ExpertGrouping grouping) {
   static_assert(kLanes <= 32 ? 32 % kLanes == 0 : kLanes % 32 == 0 && kMatvecThreads % kLanes == 0,
                 "groups tile the warp, or whole warps tile the group");
   static_assert(kLanes % Dec::kUnitsPerBlock == 0, "a lane keeps its unit within the block");
@@ -306,7 +307,7 @@ __global__ void __launch_bounds__(kMatvecThreads,
   const int thread = static_cast<int>(threadIdx.x);
   const int sub = thread % kLanes;           // the lane's place in its group
   const int warp_sub = thread % kWarpLanes;  // ... within its warp's part of the group
-  const int row0 = (static_cast<int>(blockIdx.x) * kGroups + thread / kLanes) * kRows;
+  const int row0 = (block_index * kGroups + thread / kLanes) * kRows;
   const int unit = sub % Dec::kUnitsPerBlock;  // the lane's unit within each block it visits
   // A gated product (gatable kernels only): the group's rows are kRows / 2
   // gate rows from gate0 = row0 / 2 on and the same up rows, so that each
@@ -422,7 +423,7 @@ __global__ void __launch_bounds__(kMatvecThreads,
     if constexpr (kGatable) {
       if (gated) {
         const int first_warp = thread / kLanes * kWarpsPerGroup;
-        const int gate0 = (static_cast<int>(blockIdx.x) * kGroups + thread / kLanes) * kHalf;
+        const int gate0 = (block_index * kGroups + thread / kLanes) * kHalf;
         // Sum t * kRows + r is token t's gate row r, t * kRows + kHalf + r
         // its up row.
         __syncthreads();
@@ -434,6 +435,47 @@ __global__ void __launch_bounds__(kMatvecThreads,
         }
       }
     }
+  }
+}
+
+template <class Dec, int kTokens, int kRows, int kLanes, int kUnitsPerRound, bool kLaneOrder, bool kGrouped>
+__global__ void __launch_bounds__(kMatvecThreads,
+                                  grouped_blocks_per_sm<Dec>(min_blocks_per_sm<Dec>(kTokens, kRows), kGrouped, kTokens, kLanes))
+    matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols, const float* __restrict__ x,
+                  int x_stride, int n_tokens, float* y, const float* residual, OutputParts parts,
+                  ExpertGrouping grouping) {
+  matvec_block<Dec, kTokens, kRows, kLanes, kUnitsPerRound, kLaneOrder, kGrouped>(
+      static_cast<int>(blockIdx.x), w, row_bytes, rows, cols, x, x_stride, n_tokens, y, residual, parts, grouping);
+}
+
+// One product of a matvec_pair_kernel launch: one token, no residual, y or
+// the fused parts.
+struct PairedProduct {
+  const uint8_t* w;
+  size_t row_bytes;
+  int rows;
+  int cols;
+  const float* x;
+  float* y;
+  OutputParts parts;
+};
+
+// Two products of one token in one launch: blocks [0, a_blocks) compute A
+// (decoder DecA), the rest B, each as its own matvec_kernel would. A layer
+// whose Q and K are of one type and V of another (Q4_K and Q6_K in Q4_K_M
+// files) then takes one launch for the three instead of two.
+template <class DecA, int kRowsA, int kLanesA, int kRoundA, class DecB, int kRowsB, int kLanesB, int kRoundB>
+__global__ void __launch_bounds__(kMatvecThreads,
+                                  std::min(min_blocks_per_sm<DecA>(1, kRowsA), min_blocks_per_sm<DecB>(1, kRowsB)))
+    matvec_pair_kernel(PairedProduct a, PairedProduct b, int a_blocks) {
+  const int block = static_cast<int>(blockIdx.x);
+  if (block < a_blocks) {
+    matvec_block<DecA, 1, kRowsA, kLanesA, kRoundA, false, false>(block, a.w, a.row_bytes, a.rows, a.cols, a.x, a.cols,
+                                                                  1, a.y, nullptr, a.parts, ExpertGrouping{});
+  } else {
+    matvec_block<DecB, 1, kRowsB, kLanesB, kRoundB, false, false>(block - a_blocks, b.w, b.row_bytes, b.rows, b.cols,
+                                                                  b.x, b.cols, 1, b.y, nullptr, b.parts,
+                                                                  ExpertGrouping{});
   }
 }
 
@@ -657,7 +699,46 @@ void launch_for_tokens(const Product& p) {
   }
 }
 
+// matvec_pair_kernel with the lane groups each product's kernel takes alone
+// (launch_wide: 64 lanes up to 64 units a row, else 128).
+template <class WideA, int kLanesA, class WideB, int kLanesB>
+void launch_pair_with_lanes(const Product& a, const Product& b) {
+  constexpr int kRowsA = rows_for_few_tokens<WideA, 1>();
+  constexpr int kRowsB = rows_for_few_tokens<WideB, 1>();
+  constexpr int kBlockRowsA = kMatvecThreads / kLanesA * kRowsA;
+  constexpr int kBlockRowsB = kMatvecThreads / kLanesB * kRowsB;
+  const int a_blocks = (a.rows + kBlockRowsA - 1) / kBlockRowsA;
+  const int b_blocks = (b.rows + kBlockRowsB - 1) / kBlockRowsB;
+  const PairedProduct pa{a.w, a.row_bytes, a.rows, a.cols, a.x, a.y, a.parts};
+  const PairedProduct pb{b.w, b.row_bytes, b.rows, b.cols, b.x, b.y, b.parts};
+  constexpr int kRoundA = units_per_round<WideA, 1, kRowsA>();
+  constexpr int kRoundB = units_per_round<WideB, 1, kRowsB>();
+  matvec_pair_kernel<WideA, kRowsA, kLanesA, kRoundA, WideB, kRowsB, kLanesB, kRoundB>
+      <<<a_blocks + b_blocks, kMatvecThreads, 0, a.stream>>>(pa, pb, a_blocks);
+  M40_CUDA_CHECK_LAUNCH();
+}
+
+template <class WideA, class WideB>
+void launch_pair(const Product& a, const Product& b) {
+  const bool narrow_a = a.cols / WideA::kUnit <= 64;
+  const bool narrow_b = b.cols / WideB::kUnit <= 64;
+  if (narrow_a && narrow_b) return launch_pair_with_lanes<WideA, 64, WideB, 64>(a, b);
+  if (narrow_a) return launch_pair_with_lanes<WideA, 64, WideB, kMatvecThreads>(a, b);
+  if (narrow_b) return launch_pair_with_lanes<WideA, kMatvecThreads, WideB, 64>(a, b);
+  launch_pair_with_lanes<WideA, kMatvecThreads, WideB, kMatvecThreads>(a, b);
+}
+
 }  // namespace
+
+bool launch_matvec_pair(const Product& a, const Product& b) {
+  using gguf::TensorType;
+  if (a.n_tokens != 1 || b.n_tokens != 1 || a.stream != b.stream) return false;
+  if (a.type == TensorType::Q4_K && b.type == TensorType::Q6_K) {
+    launch_pair<DecodeQ4_KWide, DecodeQ6_KWide>(a, b);
+    return true;
+  }
+  return false;
+}
 
 bool launch_matvec_gated(const Product& p) {
   bool launched = false;

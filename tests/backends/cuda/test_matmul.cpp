@@ -362,6 +362,74 @@ TEST(MatmulShapes, GemmWideTileMatchesCpu) {
   }
 }
 
+// Two products in one launch (matvec_pair): Q4_K rows in two parts beside
+// Q6_K rows, one token, against the CPU's products, for rows of 64 units or
+// fewer (64-lane groups) and more (the whole block), each side either way;
+// outputs poisoned first. Other pairs of types and two tokens decline.
+TEST(MatmulShapes, PairedProductsMatchCpu) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  cudaStream_t stream = nullptr;
+  M40_CUDA_CHECK(cudaStreamCreate(&stream));
+  cpu::ThreadPool pool(2);
+  // One product's output against the CPU's (each output within
+  // product_bound).
+  auto expect_product = [&](const HostWeight& w, const std::vector<float>& x, const std::vector<float>& y,
+                            const char* which) {
+    std::vector<float> want(static_cast<size_t>(w.rows));
+    cpu::matmul(host_view(w), x.data(), 1, want.data(), pool);
+    int failures = 0;
+    for (int64_t r = 0; r < w.rows; ++r) {
+      double abs_sum = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) abs_sum += std::fabs(w.values[r * w.cols + c] * x[c]);
+      const double diff = std::fabs(static_cast<double>(y[r]) - want[r]);
+      if (!(diff <= product_bound(abs_sum, want[r], w.cols)) && ++failures <= 5) {
+        ADD_FAILURE() << which << " row " << r << ": GPU " << y[r] << ", CPU " << want[r];
+      }
+    }
+    EXPECT_EQ(failures, 0) << which;
+  };
+  for (const int64_t cols : {int64_t{512}, int64_t{4352}}) {
+    for (const int64_t other_rows : {int64_t{37}, int64_t{130}}) {
+      SCOPED_TRACE(std::to_string(cols) + " columns, " + std::to_string(other_rows) + " Q6_K rows");
+      const HostWeight a = random_weight(TensorType::Q4_K, 75, cols, 31);
+      const HostWeight b = random_weight(TensorType::Q6_K, other_rows, cols, 32);
+      const auto x = random_activations(static_cast<size_t>(cols), 33);
+      DeviceBuffer<uint8_t> d_a(a.bytes.size()), d_b(b.bytes.size());
+      M40_CUDA_CHECK(cudaMemcpy(d_a.get(), a.bytes.data(), a.bytes.size(), cudaMemcpyHostToDevice));
+      M40_CUDA_CHECK(cudaMemcpy(d_b.get(), b.bytes.data(), b.bytes.size(), cudaMemcpyHostToDevice));
+      DeviceBuffer<float> d_x(x.size()), d_q(50), d_k(25), d_v(static_cast<size_t>(b.rows));
+      M40_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+      for (const DeviceBuffer<float>* d : {&d_q, &d_k, &d_v}) M40_CUDA_CHECK(cudaMemset(d->get(), 0xff, d->bytes()));
+      const OutputPart parts[2] = {{d_q.get(), 50}, {d_k.get(), 25}};
+      ASSERT_TRUE(matvec_pair(device_view(a, d_a.get()), parts, 2, device_view(b, d_b.get()), d_v.get(), d_x.get(), 1,
+                              stream));
+      M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<float> qk(75), v(static_cast<size_t>(b.rows));
+      M40_CUDA_CHECK(cudaMemcpy(qk.data(), d_q.get(), 50 * sizeof(float), cudaMemcpyDeviceToHost));
+      M40_CUDA_CHECK(cudaMemcpy(qk.data() + 50, d_k.get(), 25 * sizeof(float), cudaMemcpyDeviceToHost));
+      M40_CUDA_CHECK(cudaMemcpy(v.data(), d_v.get(), d_v.bytes(), cudaMemcpyDeviceToHost));
+      expect_product(a, x, qk, "Q4_K parts");
+      expect_product(b, x, v, "Q6_K");
+      // Two tokens, and a pair without a paired kernel (Q6_K beside Q4_K):
+      // declined, nothing written.
+      DeviceBuffer<float> d_x2(2 * x.size()), d_other(75);
+      M40_CUDA_CHECK(cudaMemset(d_x2.get(), 0, d_x2.bytes()));
+      EXPECT_FALSE(matvec_pair(device_view(a, d_a.get()), parts, 2, device_view(b, d_b.get()), d_v.get(), d_x2.get(),
+                               2, stream));
+      M40_CUDA_CHECK(cudaMemset(d_v.get(), 0xff, d_v.bytes()));
+      M40_CUDA_CHECK(cudaMemset(d_other.get(), 0xff, d_other.bytes()));
+      const OutputPart whole_b[1] = {{d_v.get(), b.rows}};
+      EXPECT_FALSE(matvec_pair(device_view(b, d_b.get()), whole_b, 1, device_view(a, d_a.get()), d_other.get(),
+                               d_x.get(), 1, stream));
+      M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<float> untouched(75);
+      M40_CUDA_CHECK(cudaMemcpy(untouched.data(), d_other.get(), d_other.bytes(), cudaMemcpyDeviceToHost));
+      for (const float value : untouched) EXPECT_TRUE(std::isnan(value));
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
 // The 128 x 128 tile split over K: the smallest product of 65 tokens and
 // 1024 columns that plan_prefill gives the wide tile and more than one part
 // on this GPU (a ragged last wave), against the CPU.
