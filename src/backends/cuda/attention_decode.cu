@@ -441,13 +441,16 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Deco
   const int group = tid / quads;
   const float4* acc = reinterpret_cast<const float4*>(a.part_acc + item * a.n_splits * a.head_dim);
   float4 v[kCombineBatch];
-  if (group < groups) {
+  // The loads of parts s0, s0 + groups, ... (kCombineBatch of them; zeros
+  // past the valid ones).
+  const auto load_batch = [&](int s0) {
 #pragma unroll
     for (int i = 0; i < kCombineBatch; ++i) {
-      const int s = group + i * groups;
+      const int s = s0 + i * groups;
       v[i] = s < n_valid ? acc[static_cast<int64_t>(s) * quads + quad] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-  }
+  };
+  if (group < groups) load_batch(group);
   __syncthreads();  // the weights
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
   if (group < groups) {
@@ -465,11 +468,7 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Deco
       }
       const int next = s0 + groups * kCombineBatch;
       if (next >= n_valid) break;
-#pragma unroll
-      for (int i = 0; i < kCombineBatch; ++i) {
-        const int s = next + i * groups;
-        v[i] = s < n_valid ? acc[static_cast<int64_t>(s) * quads + quad] : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
+      load_batch(next);
     }
   }
   group_sums[tid] = sum;

@@ -644,13 +644,20 @@ struct WideDecoder<DecodeIQ4_XS> {
 // units) left most of 64 lanes idle, and its gate/up (2048 columns, 64 Q4_K
 // units) runs in one wave of blocks of 32 rows instead of 1.45 of 16 (on an
 // H100, Qwen3-30B-A3B Q4_K_M: 32 sequences +23% and +7%, one +3% and +3%).
+// (Whether a plain product of a wide decoder takes groups of 64 lanes: also
+// matvec_pair_kernel's choice for each of its products.)
+template <class Wide>
+bool wide_takes_64_lanes(int cols) {
+  return cols / Wide::kUnit <= 64;
+}
+
 template <class Wide, int kTokens>
 void launch_wide(const Product& p) {
   constexpr int kRows = rows_for_few_tokens<Wide, kTokens>();
   const int units = p.cols / Wide::kUnit;
   if (p.grouping.items != nullptr && units <= 16) return launch_grouped<Wide, kTokens, kRows, 16>(p);
   if (p.grouping.items != nullptr && units <= 64) return launch_grouped<Wide, kTokens, kRows, 32>(p);
-  if (units <= 64) return launch<Wide, kTokens, kRows, 64>(p);
+  if (wide_takes_64_lanes<Wide>(p.cols)) return launch<Wide, kTokens, kRows, 64>(p);
   launch<Wide, kTokens, kRows, kMatvecThreads>(p);
 }
 
@@ -700,7 +707,7 @@ void launch_for_tokens(const Product& p) {
 }
 
 // matvec_pair_kernel with the lane groups each product's kernel takes alone
-// (launch_wide: 64 lanes up to 64 units a row, else 128).
+// (wide_takes_64_lanes).
 template <class WideA, int kLanesA, class WideB, int kLanesB>
 void launch_pair_with_lanes(const Product& a, const Product& b) {
   constexpr int kRowsA = rows_for_few_tokens<WideA, 1>();
@@ -720,8 +727,8 @@ void launch_pair_with_lanes(const Product& a, const Product& b) {
 
 template <class WideA, class WideB>
 void launch_pair(const Product& a, const Product& b) {
-  const bool narrow_a = a.cols / WideA::kUnit <= 64;
-  const bool narrow_b = b.cols / WideB::kUnit <= 64;
+  const bool narrow_a = wide_takes_64_lanes<WideA>(a.cols);
+  const bool narrow_b = wide_takes_64_lanes<WideB>(b.cols);
   if (narrow_a && narrow_b) return launch_pair_with_lanes<WideA, 64, WideB, 64>(a, b);
   if (narrow_a) return launch_pair_with_lanes<WideA, 64, WideB, kMatvecThreads>(a, b);
   if (narrow_b) return launch_pair_with_lanes<WideA, kMatvecThreads, WideB, 64>(a, b);

@@ -48,7 +48,7 @@ int expert_item_tokens(int n_tokens, int k, int n_expert, int tile_share);
 // kManyMultiprocessors or more kMaxExpertMatvecTokens, or twice that for
 // the formats whose tile loads are slow (tiles_load_slowly). Measured on an
 // H100, a 4-layer Qwen3-30B-A3B shape (docs/benchmarks.md): Q4_K_M pp128
-// 1.9x and pp256 2.3x, Q8_0 pp256 +21% (at shares of 8 it lost 3%).
+// 1.85x and pp256 2.2x, Q8_0 pp256 +19% (at shares of 8 it lost 3%).
 int expert_tile_share(gguf::TensorType type, int multiprocessors);
 
 // The most work items a step can make: (slots + chosen (item_tokens - 1)) /
