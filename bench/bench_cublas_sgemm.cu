@@ -11,7 +11,7 @@
 // DRAM as in a forward pass. Prints a markdown table.
 //
 // The M40 build carries no cuBLAS; on a GPU machine build this against the
-// CUDA there (docs/benchmarks.md, "cuBLAS SGEMM"):
+// CUDA there (docs/benchmarks.md, "Against cuBLAS SGEMM"):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Isrc bench/bench_cublas_sgemm.cu -lcublas -o bench_cublas_sgemm
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
