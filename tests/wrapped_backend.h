@@ -30,6 +30,7 @@ class WrappedBackend : public backend::Backend {
   }
   void copy_block(int32_t src, int32_t dst) override { inner_.copy_block(src, dst); }
   void forward(const backend::Batch& batch, std::span<float> logits) override { inner_.forward(batch, logits); }
+  backend::SliceSupport layer_slices() const override { return inner_.layer_slices(); }
 
  protected:
   backend::Backend& inner() { return inner_; }

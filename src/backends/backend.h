@@ -48,6 +48,32 @@ inline void require_whole_model(const std::string& backend_name, LayerRange r, i
   }
 }
 
+// A layer slice of a batch (Batch::slice): its last `tokens` tokens, a
+// chunk of one sequence's prompt at consecutive positions, pass only layers
+// [first_layer, end_layer) in this step, beside the other tokens, which
+// pass every layer. A long prompt is then read a few layers a step in
+// chunks big enough for the prefill kernels, one pass over those layers'
+// weights with the streams' decode tokens, instead of a few tokens a step
+// through every layer: on a GPU whose small batches run at a fraction of
+// the prefill rate (docs/server.md, "Prompts beside streams").
+// Between steps the backend keeps the chunk's hidden states: a slice whose
+// first_layer is past 0 continues the previous step's slice (the same
+// sequence, positions and count; first_layer its end_layer). The chunk's
+// positions count as cached once it has passed the last layer; until then
+// its tokens want no outputs. tokens == 0: no slice.
+struct LayerSlice {
+  int tokens = 0;
+  int first_layer = 0;
+  int end_layer = 0;
+  bool operator==(const LayerSlice&) const = default;
+};
+
+// What a backend offers for layer slices (Backend::layer_slices).
+struct SliceSupport {
+  int layers = 0;     // the model's layers a slice may range over; 0: this backend runs no slices
+  int max_batch = 0;  // the most tokens a step with a slice may hold (the slice's and the others)
+};
+
 struct Batch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> positions;   // position of each token in its sequence
@@ -57,6 +83,7 @@ struct Batch {
   // the output head: n_embd floats per token that wants one) instead of
   // logits, for every output token of this batch (embeddings).
   bool output_embeddings = false;
+  LayerSlice slice;  // tokens 0: every token passes every layer
 
   void add(int32_t token, int32_t position, int32_t seq, bool logits) {
     tokens.push_back(token);
@@ -76,6 +103,7 @@ struct Batch {
     seq_ids.clear();
     want_logits.clear();
     output_embeddings = false;
+    slice = {};
   }
 };
 
@@ -119,6 +147,10 @@ class Backend {
   // (sized logits_count() * n_embd()). Throws m40::Error on a bad
   // token id, position or sequence.
   virtual void forward(const Batch& batch, std::span<float> logits) = 0;
+  // Whether forward() takes batches with a layer slice, and how large; a
+  // backend without them (the default: a split model's stages and shards)
+  // throws m40::Error for one.
+  virtual SliceSupport layer_slices() const { return {}; }
 
   // --- A stage of a model split over devices (pipeline_backend.h) ---------
   // The layers this backend computes; {0, 0} for a backend that cannot run

@@ -94,6 +94,10 @@ struct Scheduler::Slot {
   Clock::time_point generate_start{};
   bool prompt_started = false;
   int logits_row = -1;  // this step's row of logits, -1 if none
+  // A layer slice in flight (backend.h, LayerSlice): the prompt tokens from
+  // n_kv it carries and the next layer they pass; 0 tokens: none.
+  int slice_tokens = 0;
+  int slice_next_layer = 0;
   bool done = false;
   // An embedding request (RequestParams::embed): its pooling so far (made
   // anew whenever its prompt is read from the start), then its vector.
@@ -111,6 +115,7 @@ Scheduler::Scheduler(backend::Backend& backend, const tokenizer::Vocab& vocab, S
       n_slots_(backend.n_seq_max()),
       n_vocab_(backend.n_vocab()),
       n_embd_(backend.n_embd()),
+      slices_(backend.layer_slices()),
       pool_(backend.n_kv_blocks()) {
   if (static_cast<size_t>(n_vocab_) < vocab.size()) {
     throw Error("the tokenizer has " + std::to_string(vocab.size()) + " tokens but the model only " +
@@ -365,6 +370,7 @@ void Scheduler::give_back_blocks(Slot& slot, bool offer_partial) {
   slot.blocks.clear();
   slot.hashes.clear();
   slot.n_kv = 0;
+  slot.slice_tokens = 0;  // a slice in flight is lost with the positions it wrote
   if (slot.has_blocks) backend_.set_blocks(slot.seq, {}, 0);
   slot.has_blocks = false;
 }
@@ -544,6 +550,26 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   // generated reads its tokens again the same way.
   int budget = pacer_.budget(n_decode, n_waiting);
   const auto now = Clock::now();
+  int prompt_load = 0;  // prompt tokens as the pacer counts them (a slice's: its share of the layers)
+  Slot* sliced = nullptr;
+  if (const std::optional<SliceStep> slice = plan_slice(by_age, n_decode, budget)) {
+    sliced = slice->slot;
+    Slot& s = *sliced;
+    if (!s.prompt_started) {
+      s.prompt_started = true;
+      s.prompt_start = now;
+    }
+    const int end_layer = s.slice_next_layer + slice->layers;
+    for (int i = 0; i < s.slice_tokens; ++i) {
+      const int p = s.n_kv + i;
+      const bool last = p + 1 == static_cast<int>(s.tokens.size()) && end_layer == slices_.layers;
+      batch.add(s.tokens[p], p, s.seq, last);
+      if (last) s.logits_row = rows++;
+    }
+    batch.slice = {s.slice_tokens, s.slice_next_layer, end_layer};
+    prompt_load = std::max(1, s.slice_tokens * slice->layers / slices_.layers);
+    budget = 0;  // the slice is this step's prompt work
+  }
   for (Slot* s : by_age) {
     if (!s->has_blocks || s->done || s->decoding() || s->embeds() || budget == 0) continue;
     const int n_tokens = static_cast<int>(s->tokens.size());
@@ -561,12 +587,22 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     fed.emplace_back(s, n);
     budget -= n;
     prompt_tokens += static_cast<uint64_t>(n);
+    prompt_load += n;
   }
   if (batch.size() == 0) return;
   std::vector<float> logits(static_cast<size_t>(rows) * static_cast<size_t>(n_vocab_));
   const auto forward_start = Clock::now();
   backend_.forward(batch, logits);
   const auto after = Clock::now();
+  if (sliced != nullptr) {
+    // Its chunk is read once it has passed the last layer.
+    sliced->slice_next_layer = batch.slice.end_layer;
+    if (batch.slice.end_layer == slices_.layers) {
+      fed.emplace_back(sliced, sliced->slice_tokens);
+      prompt_tokens += static_cast<uint64_t>(sliced->slice_tokens);
+      sliced->slice_tokens = 0;
+    }
+  }
   for (auto [s, n] : fed) s->n_kv += n;
   for (auto& s : slots) {
     if (s && s->has_blocks) publish_full_blocks(*s);
@@ -602,10 +638,11 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     generated += static_cast<uint64_t>(slot.timings.generated_tokens - generated_before);
   }
   // The streams wait for the forward and the sampling alike.
-  pacer_.record(n_decode, static_cast<int>(prompt_tokens), seconds_between(forward_start, Clock::now()));
+  pacer_.record(n_decode, prompt_load, seconds_between(forward_start, Clock::now()));
   {
     std::lock_guard lock(mutex_);
     ++stats_.steps;
+    if (sliced != nullptr) ++stats_.slice_steps;
     stats_.prompt_tokens += prompt_tokens;
     stats_.generated_tokens += generated;
   }
@@ -617,6 +654,46 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       fail(*slot, e.what());
     }
   }
+}
+
+// A prompt is read in layer slices where the pacer holds its chunk below
+// what the prompt and --prefill-chunk would take: a chunk of up to
+// prefill_chunk tokens passes a few layers a step, as many as the pacer's
+// budget pays for (budget tokens through every layer cost about as much as
+// budget x n_layer / chunk layers of the chunk, more on a GPU, where a few
+// tokens run far below the prefill kernels' rate), until it has passed
+// them all. One slice runs at a time: the oldest slot reading a prompt
+// starts it, and it goes on, if more slowly (0 layers on the pacer's
+// reference steps), whatever the budget does next; the rest of the layers
+// in one step once pacing stops (no stream left, or a burst of requests).
+std::optional<Scheduler::SliceStep> Scheduler::plan_slice(const std::vector<Slot*>& by_age, int n_decode, int budget) {
+  const int n_layer = slices_.layers;
+  if (n_layer < 2 || budget == 0) return std::nullopt;
+  Slot* slot = nullptr;
+  for (Slot* s : by_age) {
+    if (!s->has_blocks || s->done || s->embeds() || s->decoding()) continue;
+    if (s->slice_tokens > 0) {
+      slot = s;
+      break;
+    }
+    // The oldest slot reading a prompt: a new slice where pacing binds.
+    if (slot == nullptr) slot = s;
+  }
+  if (slot == nullptr) return std::nullopt;
+  if (slot->slice_tokens == 0) {
+    if (budget >= options_.prefill_chunk || budget >= slot->pending()) return std::nullopt;
+    const int chunk = std::min({slot->pending(), options_.prefill_chunk, slices_.max_batch - n_decode, budget * n_layer});
+    if (chunk <= budget) return std::nullopt;  // no larger than plain tokens
+    slot->slice_tokens = chunk;
+    slot->slice_next_layer = 0;
+  }
+  const int left = n_layer - slot->slice_next_layer;
+  // Rounded to nearest: the pacer corrects a budget that one layer too
+  // many overruns from the step it measures.
+  const int layers = budget >= slot->slice_tokens
+                         ? left
+                         : std::clamp((budget * n_layer + slot->slice_tokens / 2) / slot->slice_tokens, 1, left);
+  return SliceStep{slot, layers};
 }
 
 // Samples one slot's next token from its row of logits and pushes its text.

@@ -166,6 +166,7 @@ struct SchedulerStats {
   uint64_t preemptions = 0;        // requests that gave their KV blocks back to let others go on
   uint64_t generated_tokens = 0;
   uint64_t steps = 0;              // forward batches run
+  uint64_t slice_steps = 0;        // of those, steps that read a prompt chunk through some of the layers (plan_slice)
   int queue_depth = 0;
   int slots_busy = 0;
   int slots_total = 0;
@@ -223,6 +224,15 @@ class Scheduler {
   // Offers the slot's partly filled last block (KvBlockPool::publish_partial).
   void offer_partial_block(Slot& slot);
   void step(std::vector<std::unique_ptr<Slot>>& slots);
+  // This step's part of a layer slice (backend.h, LayerSlice): the slot
+  // and how many layers its chunk passes; nothing when no prompt is read in
+  // slices this step (the backend has none, pacing does not bind, or a
+  // reference step).
+  struct SliceStep {
+    Slot* slot = nullptr;
+    int layers = 0;
+  };
+  std::optional<SliceStep> plan_slice(const std::vector<Slot*>& by_age, int n_decode, int budget);
   // Embedding requests' prompt chunks go in steps of their own (their
   // outputs are hidden states): every step while nothing else runs, every
   // other step while requests also generate.
@@ -241,6 +251,7 @@ class Scheduler {
   int n_slots_;
   int n_vocab_;
   int n_embd_;  // the backend's hidden-state width (0: no embeddings)
+  backend::SliceSupport slices_;  // the backend's layer slices (layers 0: none)
   KvBlockPool pool_;     // engine thread only
   uint64_t admitted_ = 0;  // engine thread only: admission order, for preemption
   bool embed_turn_ = false;  // engine thread only: whose turn it is when embeddings and generation both wait

@@ -55,6 +55,7 @@ void add_counters(engine::SchedulerStats& to, const engine::SchedulerStats& from
   to.preemptions += from.preemptions;
   to.generated_tokens += from.generated_tokens;
   to.steps += from.steps;
+  to.slice_steps += from.slice_steps;
 }
 
 // Whether the resident model answers a request for `target`: the same

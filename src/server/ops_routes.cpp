@@ -46,6 +46,9 @@ void register_ops_routes(ServerContext& s) {
                     st.preemptions);
              metric("m40_generated_tokens_total", "counter", "Tokens generated.", st.generated_tokens);
              metric("m40_engine_steps_total", "counter", "Forward batches run by the engine.", st.steps);
+             metric("m40_engine_slice_steps_total", "counter",
+                    "Forward batches that read a prompt chunk through some of the layers, beside generating streams.",
+                    st.slice_steps);
              metric("m40_queue_depth", "gauge", "Requests waiting for a slot.", st.queue_depth);
              metric("m40_slots_busy", "gauge", "Slots generating or reading a prompt.", st.slots_busy);
              metric("m40_slots_total", "gauge", "Slots (requests served at the same time).", st.slots_total);

@@ -1,7 +1,8 @@
 // The engine loop on its own, over a recording fake backend: what each step
 // batches (decode tokens of every generating slot plus bounded prompt
 // chunks), admission, cancellation, limits and refusals; and over the real
-// model, that a prompt read in paced chunks beside a stream answers as alone.
+// model, that a prompt read in paced chunks or layer slices beside a stream
+// answers as alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,6 +83,9 @@ class GatedRecordingBackend : public test::WrappedBackend {
     }
     inner().forward(batch, logits);
   }
+  backend::SliceSupport layer_slices() const override {
+    return offers_slices ? WrappedBackend::layer_slices() : backend::SliceSupport{};
+  }
   std::vector<backend::Batch> batches() const {
     std::lock_guard lock(mutex_);
     return batches_;
@@ -93,6 +97,7 @@ class GatedRecordingBackend : public test::WrappedBackend {
   }
   std::atomic<bool> released{true};
   std::atomic<int> forwards{0};
+  bool offers_slices = true;  // false: as a backend without layer slices (the scheduler reads plain chunks)
 
  private:
   mutable std::mutex mutex_;
@@ -138,6 +143,15 @@ class SchedulerTest : public ::testing::Test {
     while (prompt.size() < tokens) prompt.insert(prompt.end(), sentence.begin(), sentence.end());
     prompt.resize(tokens);
     return prompt;
+  }
+  // The texts of two requests answered one after the other by a scheduler
+  // of their own.
+  std::pair<std::string, std::string> answers_alone(const model::LoadedModel& model, const engine::BackendOptions& bo,
+                                                    engine::RequestParams first, engine::RequestParams second) const {
+    auto backend = engine::make_backend(model, bo);
+    engine::Scheduler scheduler(*backend, *vocab_);
+    std::string a = drain(*scheduler.submit(std::move(first))).text;
+    return {std::move(a), drain(*scheduler.submit(std::move(second))).text};
   }
   std::unique_ptr<tokenizer::Vocab> vocab_;
   int32_t favorite_ = 0;
@@ -333,16 +347,14 @@ TEST_F(SchedulerTest, APacedLongPromptBesideAStreamAnswersAsAlone) {
   const int stream_tokens = 400, answer_tokens = 30;
 
   // Each request alone: the long prompt in one 256-token step and the rest.
-  std::string alone_stream, alone_answer;
-  {
-    auto backend = engine::make_backend(*model, bo);
-    engine::Scheduler scheduler(*backend, *vocab_);
-    alone_stream = drain(*scheduler.submit(greedy(short_prompt, stream_tokens))).text;
-    alone_answer = drain(*scheduler.submit(greedy(long_prompt, answer_tokens))).text;
-  }
+  const auto [alone_stream, alone_answer] =
+      answers_alone(*model, bo, greedy(short_prompt, stream_tokens), greedy(long_prompt, answer_tokens));
 
-  // Together, with pacing on: the long prompt arrives while the stream generates.
+  // Together, with pacing on: the long prompt arrives while the stream
+  // generates; this backend reads it in chunks of plain tokens (no layer
+  // slices: the next test has them).
   GatedRecordingBackend backend(engine::make_backend(*model, bo));
+  backend.offers_slices = false;
   backend.released = false;
   engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 256, .prefill_slowdown = 2.0});
   auto stream = scheduler.submit(greedy(short_prompt, stream_tokens));
@@ -365,6 +377,57 @@ TEST_F(SchedulerTest, APacedLongPromptBesideAStreamAnswersAsAlone) {
   const std::vector<int> chunks = prompt_chunks_beside_stream(backend.batches(), 300);
   ASSERT_GE(chunks.size(), 2u);
   EXPECT_LE(chunks.front(), 16);
+  EXPECT_EQ(scheduler.stats().slice_steps, 0u);
+}
+
+// The same with layer slices: the pacer's budget of a few tokens through
+// every layer becomes a larger chunk through a few layers a step (the
+// model has two: one each), and the answers are those of each request alone.
+TEST_F(SchedulerTest, APacedLongPromptIsReadInLayerSlicesAndAnswersAsAlone) {
+  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+  const engine::BackendOptions bo = cpu_options(2);
+  const auto short_prompt = vocab_->encode("Once upon a time", {.add_special = true});
+  const auto long_prompt = story_prompt(300);
+  const int stream_tokens = 400, answer_tokens = 30;
+  const auto [alone_stream, alone_answer] =
+      answers_alone(*model, bo, greedy(short_prompt, stream_tokens), greedy(long_prompt, answer_tokens));
+
+  GatedRecordingBackend backend(engine::make_backend(*model, bo));
+  const int n_layer = backend.layer_slices().layers;
+  ASSERT_EQ(n_layer, 2);
+  backend.released = false;
+  engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 256, .prefill_slowdown = 2.0});
+  auto stream = scheduler.submit(greedy(short_prompt, stream_tokens));
+  ASSERT_TRUE(backend.wait_at_gate());
+  auto answer = scheduler.submit(greedy(long_prompt, answer_tokens));
+  backend.released = true;
+  const auto together_stream = drain(*stream);
+  const auto together_answer = drain(*answer);
+  ASSERT_EQ(together_stream.end.kind, engine::StreamEvent::Kind::Done);
+  ASSERT_EQ(together_answer.end.kind, engine::StreamEvent::Kind::Done);
+  EXPECT_EQ(together_answer.end.timings.prompt_tokens, 300);
+  EXPECT_EQ(together_answer.text, alone_answer);
+  EXPECT_EQ(together_stream.text, alone_stream);
+
+  // Every slice step carried the stream's decode token; each chunk passed
+  // layers 0 to n_layer in order, the first no larger than the pacer's
+  // cautious start allows (16 tokens through both layers: 32 through one).
+  int slice_steps = 0, chunks = 0, next_layer = 0, chunk_tokens = 0, first_chunk = 0;
+  for (const auto& batch : backend.batches()) {
+    if (batch.slice.tokens == 0) continue;
+    ++slice_steps;
+    EXPECT_EQ(std::count(batch.seq_ids.begin(), batch.seq_ids.end(), 0), 1);
+    EXPECT_EQ(batch.slice.first_layer, next_layer);
+    if (next_layer > 0) EXPECT_EQ(batch.slice.tokens, chunk_tokens);
+    chunk_tokens = batch.slice.tokens;
+    if (first_chunk == 0) first_chunk = chunk_tokens;
+    next_layer = batch.slice.end_layer == n_layer ? 0 : batch.slice.end_layer;
+    if (next_layer == 0) ++chunks;
+  }
+  EXPECT_EQ(next_layer, 0);  // no slice left in flight
+  EXPECT_GE(chunks, 2);
+  EXPECT_EQ(first_chunk, 32);
+  EXPECT_EQ(scheduler.stats().slice_steps, static_cast<uint64_t>(slice_steps));
 }
 
 // Two prompts arrive while one stream generates: more requests wait than

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "backends/cpu/moe.h"
@@ -35,7 +36,8 @@ CpuBackend::CpuBackend(const model::ModelHparams& hparams, const model::ModelWei
       layers_(backend::resolve_layers(options.layers, static_cast<int>(hparams.n_layer))),
       pool_(options.threads),
       kv_(layers_.size(), pool_blocks(options), static_cast<int>(hparams_.kv_dim()), options.kv_type),
-      tables_(options.n_seq, options.n_ctx, pool_blocks(options)) {
+      tables_(options.n_seq, options.n_ctx, pool_blocks(options)),
+      slices_(static_cast<int>(hparams.n_layer)) {
   if (!options.shard.whole()) {
     if (options.sums == nullptr || options.sums->count() != options.shard.count) {
       throw Error("a row split's shard needs the group of its shards");
@@ -108,16 +110,31 @@ void CpuBackend::forward(const backend::Batch& batch, std::span<float> logits) {
   backend::require_whole_model(name(), layers_, static_cast<int>(hparams_.n_layer));
   if (!options_.shard.whole()) throw Error("a shard of a model split by rows runs only beside its other shards");
   tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
+  slices_.check(batch, std::numeric_limits<int>::max());
+  slices_.begin(batch);
   std::vector<float> x;
   run_layers(batch, {}, x);
-  tables_.advance(batch);
+  tables_.advance(batch, slices_.cached_tokens(batch));
+  slices_.advance(batch);
   write_outputs(batch, x, logits);
+}
+
+backend::SliceSupport CpuBackend::layer_slices() const {
+  const int n_layer = static_cast<int>(hparams_.n_layer);
+  if (layers_.first != 0 || layers_.end != n_layer || !options_.shard.whole()) return {};
+  return {n_layer, std::numeric_limits<int>::max()};
+}
+
+void CpuBackend::set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) {
+  tables_.set(seq, blocks, n_cached);
+  slices_.forget_sequence(seq);
 }
 
 void CpuBackend::forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) {
   const bool holds_first = layers_.first == 0, holds_last = layers_.end == static_cast<int>(hparams_.n_layer);
   tables_.check_stage(batch, hidden.size(), out.size(), static_cast<int>(hparams_.n_vocab),
                       static_cast<int>(hparams_.n_embd), holds_first, holds_last);
+  if (batch.slice.tokens != 0) throw Error("a stage of a split model runs no layer slices");
   const size_t hidden_size = batch.size() * hparams_.n_embd;
   std::vector<float> x;
   run_layers(batch, holds_first ? std::span<const float>() : std::span<const float>(hidden.first(hidden_size)), x);
@@ -131,6 +148,7 @@ void CpuBackend::forward_stage(const backend::Batch& batch, std::span<float> hid
 
 void CpuBackend::forward_shard(const backend::Batch& batch, std::span<float> out) {
   if (options_.shard.whole()) throw Error("the CPU backend was not built as a shard of a model split by rows");
+  if (batch.slice.tokens != 0) throw Error("a shard of a model split by rows runs no layer slices");
   const bool outputs = options_.shard.index == 0;
   if (outputs) {
     tables_.check(batch, out.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
@@ -164,27 +182,35 @@ void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> 
   // A branch's output (attention or FFN, in proj) joins the residual stream:
   // RMSNorm'd first where the architecture has post-norms, scaled where it
   // has a residual scale.
-  const auto add_branch = [&](const std::vector<float>& post_norm) {
+  const auto add_branch = [&](const std::vector<float>& post_norm, int64_t rows) {
     if (!post_norm.empty()) {
-      for (int64_t t = 0; t < n; ++t) {
+      for (int64_t t = 0; t < rows; ++t) {
         rms_norm(proj.data() + t * n_embd, post_norm.data(), proj.data() + t * n_embd, n_embd, hp.rms_eps);
       }
     }
-    if (hp.residual_scale != 1.0f) scale(proj.data(), n * n_embd, hp.residual_scale);
-    add_in_place(x.data(), proj.data(), n * n_embd);
+    if (hp.residual_scale != 1.0f) scale(proj.data(), rows * n_embd, hp.residual_scale);
+    add_in_place(x.data(), proj.data(), rows * n_embd);
   };
 
   for (int layer = layers_.first; layer < layers_.end; ++layer) {
     const model::LayerWeights& w = weights_->layers[layer];
     const int kv_layer = layer - layers_.first;  // the KV cache holds this stage's layers
-    for (int64_t t = 0; t < n; ++t) {
+    // A layer slice's tokens pass its layers only: their hidden states
+    // come from the previous step before its first layer and wait for the
+    // next one after its last (layer_slices.h).
+    const int64_t nl = backend::SliceTracker::tokens_at(batch, layer);
+    const int64_t slice_row = n - batch.slice.tokens;
+    if (batch.slice.tokens > 0 && layer == batch.slice.first_layer && layer > 0) {
+      std::copy(slice_hidden_.begin(), slice_hidden_.end(), x.begin() + slice_row * n_embd);
+    }
+    for (int64_t t = 0; t < nl; ++t) {
       rms_norm(x.data() + t * n_embd, attn_norm_[layer].data(), xn.data() + t * n_embd, n_embd, hp.rms_eps);
     }
-    matmul(w.wq, xn.data(), n, q.data(), pool_);
-    matmul(w.wk, xn.data(), n, k.data(), pool_);
-    matmul(w.wv, xn.data(), n, v.data(), pool_);
+    matmul(w.wq, xn.data(), nl, q.data(), pool_);
+    matmul(w.wk, xn.data(), nl, k.data(), pool_);
+    matmul(w.wv, xn.data(), nl, v.data(), pool_);
     const bool rope_on = hp.rope_layers[layer] != 0;
-    for (int64_t t = 0; t < n; ++t) {
+    for (int64_t t = 0; t < nl; ++t) {
       float* qt = q.data() + t * q_dim;
       float* kt = k.data() + t * kv_dim;
       float* vt = v.data() + t * kv_dim;
@@ -210,33 +236,36 @@ void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> 
     }
     AttentionShape shape{static_cast<int>(hp.n_head), static_cast<int>(hp.n_head_kv), head_dim, hp.attention_scale,
                          hp.attn_softcap, static_cast<int>(hp.window_of_layer(layer))};
-    cpu::attention(kv_, kv_layer, shape, q.data(), batch.seq_ids.data(), batch.positions.data(), static_cast<int>(n),
+    cpu::attention(kv_, kv_layer, shape, q.data(), batch.seq_ids.data(), batch.positions.data(), static_cast<int>(nl),
                    tables_, attn.data(), pool_);
-    matmul(w.wo, attn.data(), n, proj.data(), pool_);
-    add_shard_partials(proj.data(), n * n_embd);
+    matmul(w.wo, attn.data(), nl, proj.data(), pool_);
+    add_shard_partials(proj.data(), nl * n_embd);
     if (!bo_[layer].empty()) {
-      for (int64_t t = 0; t < n; ++t) add_in_place(proj.data() + t * n_embd, bo_[layer].data(), n_embd);
+      for (int64_t t = 0; t < nl; ++t) add_in_place(proj.data() + t * n_embd, bo_[layer].data(), n_embd);
     }
-    add_branch(post_attn_norm_[layer]);
+    add_branch(post_attn_norm_[layer], nl);
 
-    for (int64_t t = 0; t < n; ++t) {
+    for (int64_t t = 0; t < nl; ++t) {
       rms_norm(x.data() + t * n_embd, ffn_norm_[layer].data(), xn.data() + t * n_embd, n_embd, hp.rms_eps);
     }
     if (w.has_experts()) {
-      moe_ffn(w, static_cast<int>(hp.n_expert_used), hp.desc->expert_weights_renormalized, xn.data(), n, n_embd,
+      moe_ffn(w, static_cast<int>(hp.n_expert_used), hp.desc->expert_weights_renormalized, xn.data(), nl, n_embd,
               proj.data(), pool_);
     } else {
-      matmul(w.w_gate, xn.data(), n, gate.data(), pool_);
-      matmul(w.w_up, xn.data(), n, up.data(), pool_);
+      matmul(w.w_gate, xn.data(), nl, gate.data(), pool_);
+      matmul(w.w_up, xn.data(), nl, up.data(), pool_);
       if (hp.desc->activation == model::FfnActivation::GeluTanh) {
-        gelu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
+        gelu_mul(gate.data(), up.data(), gate.data(), nl * n_ff);
       } else {
-        silu_mul(gate.data(), up.data(), gate.data(), n * n_ff);
+        silu_mul(gate.data(), up.data(), gate.data(), nl * n_ff);
       }
-      matmul(w.w_down, gate.data(), n, proj.data(), pool_);
-      add_shard_partials(proj.data(), n * n_embd);
+      matmul(w.w_down, gate.data(), nl, proj.data(), pool_);
+      add_shard_partials(proj.data(), nl * n_embd);
     }
-    add_branch(post_ffn_norm_[layer]);
+    add_branch(post_ffn_norm_[layer], nl);
+    if (batch.slice.tokens > 0 && layer + 1 == batch.slice.end_layer && layer + 1 < static_cast<int>(hp.n_layer)) {
+      slice_hidden_.assign(x.begin() + slice_row * n_embd, x.end());
+    }
   }
 }
 

@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "backends/backend.h"
+#include "backends/block_tables.h"
+#include "backends/layer_slices.h"
 #include "backends/cpu/kv_cache.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/shard_sums.h"
@@ -53,10 +55,12 @@ class CpuBackend : public backend::Backend {
   // The mapped weights it reads (ModelWeights::stage_bytes of its layers)
   // and the KV pool (a step's activations come and go).
   uint64_t memory_bytes() const override;
-  void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override { tables_.set(seq, blocks, n_cached); }
+  void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override;
   void copy_block(int32_t src, int32_t dst) override;
 
   void forward(const backend::Batch& batch, std::span<float> logits) override;
+  // Layer slices of any size, where it holds the whole model.
+  backend::SliceSupport layer_slices() const override;
   backend::LayerRange layers() const override { return layers_; }
   void forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) override;
   void forward_shard(const backend::Batch& batch, std::span<float> out) override;
@@ -91,6 +95,8 @@ class CpuBackend : public backend::Backend {
       post_ffn_norm_;
   std::vector<float> output_norm_;
   backend::BlockTables tables_;
+  backend::SliceTracker slices_;
+  std::vector<float> slice_hidden_;  // the slice in flight's hidden states after its last layer so far
 };
 
 }  // namespace m40::cpu

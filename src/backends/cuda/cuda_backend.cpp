@@ -37,7 +37,8 @@ CudaBackend::CudaBackend(const model::ModelHparams& hparams, const model::ModelW
       options_(options),
       shard_rows_(model::shard_rows(hparams, options.shard)),
       stage_(backend::resolve_layers(options.layers, static_cast<int>(hparams.n_layer))),
-      tables_(block_tables_for(options)) {
+      tables_(block_tables_for(options)),
+      slices_(static_cast<int>(hparams.n_layer)) {
   if (!options.shard.whole()) {
     if (options.exchange == nullptr || options.exchange->count() != options.shard.count) {
       throw Error("a row split's shard needs the exchange of its shards");
@@ -116,6 +117,7 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
   auto floats = [&](size_t n) { return static_cast<float*>(scratch_.take(n * sizeof(float))); };
   x_ = floats(b * hparams_.n_embd);
   xn_ = floats(b * hparams_.n_embd);
+  slice_hidden_ = floats(b * hparams_.n_embd);
   q_ = floats(b * hparams_.q_dim());
   attn_ = floats(b * hparams_.q_dim());
   k_ = floats(b * hparams_.kv_dim());
@@ -392,7 +394,8 @@ RopeConfig rope_config(const model::ModelHparams& hp, const model::RopeSettings&
 
 }  // namespace
 
-void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max_single_positions) {
+void CudaBackend::enqueue_layers(int n_tokens, int max_positions, int n_single_tokens, int max_single_positions,
+                                 const backend::LayerSlice& slice) {
   const auto& hp = hparams_;
   const int n_embd = static_cast<int>(hp.n_embd);
   const int n_head = static_cast<int>(hp.n_head);
@@ -400,17 +403,29 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
   const int head_dim = static_cast<int>(hp.head_dim());
   const int q_dim = static_cast<int>(hp.q_dim());
   const int kv_dim = static_cast<int>(hp.kv_dim());
-  const bool gelu = hp.desc->activation == model::FfnActivation::GeluTanh;
 
   if (holds_input()) {  // a later stage finds the hidden states in x_
-    embed_tokens(token_embd_, tokens_, n, x_, stream_);
-    if (hp.embedding_scale != 1.0f) scale_and_cap(x_, int64_t{n} * n_embd, hp.embedding_scale, 0.0f, stream_);
+    embed_tokens(token_embd_, tokens_, n_tokens, x_, stream_);
+    if (hp.embedding_scale != 1.0f) scale_and_cap(x_, int64_t{n_tokens} * n_embd, hp.embedding_scale, 0.0f, stream_);
     stage_timer_.mark(stream_, "embed");
   }
+  // A layer slice's tokens (the last ones) pass its layers only: their
+  // hidden states come from slice_hidden_ before its first layer and go
+  // back there after its last (layer_slices.h; whole models only, so l is
+  // the model's layer).
+  const size_t slice_row_bytes = static_cast<size_t>(slice.tokens) * n_embd * sizeof(float);
+  float* const slice_x = x_ + static_cast<size_t>(n_tokens - slice.tokens) * n_embd;
   bool xn_holds_attn_norm = false;  // the previous layer's branch join normalized x already
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOnDevice& w = layers_[l];
     const auto layer = static_cast<uint32_t>(stage_.first) + static_cast<uint32_t>(l);  // the model's layer
+    const bool in_slice = slice.tokens > 0 && static_cast<int>(l) >= slice.first_layer && static_cast<int>(l) < slice.end_layer;
+    const int n = slice.tokens == 0 || in_slice ? n_tokens : n_tokens - slice.tokens;
+    const int n_single = std::min(n_single_tokens, n);
+    if (slice.tokens > 0 && static_cast<int>(l) == slice.first_layer && l > 0) {
+      M40_CUDA_CHECK(cudaMemcpyAsync(slice_x, slice_hidden_, slice_row_bytes, cudaMemcpyDeviceToDevice, stream_));
+      xn_holds_attn_norm = false;  // the join before normalized the other tokens only
+    }
     if (!xn_holds_attn_norm) {
       rms_norm(x_, w.attn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
       stage_timer_.mark(stream_, "attn_norm");
@@ -476,26 +491,35 @@ void CudaBackend::enqueue_layers(int n, int max_positions, int n_single, int max
     const float* next_attn_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : nullptr;
     if (w.router.rows > 0) {
       xn_holds_attn_norm = enqueue_moe_ffn(w, n, next_attn_norm);
-      continue;
-    }
-    // One or two tokens: the activation in the gate/up product's epilogue.
-    const GatedActivation act = gelu ? GatedActivation::GeluTanh : GatedActivation::Silu;
-    const bool paired = w.w_gate_up.rows == 2 * w.w_gate.rows;  // back to back (rows 0 when not)
-    if (paired && matvec_gated(w.w_gate_up, w.w_gate.rows, act, xn_, n, gate_, stream_)) {
-      stage_timer_.mark(stream_, "gate_up_activation");
     } else {
-      enqueue_xn_products(w.w_gate_up, {{&w.w_gate, gate_}, {&w.w_up, up_}}, n);
-      stage_timer_.mark(stream_, "gate_up");
-      const int64_t ff_values = int64_t{n} * hp.n_ff;
-      if (gelu) {
-        gelu_mul(gate_, up_, gate_, ff_values, stream_);
-      } else {
-        silu_mul(gate_, up_, gate_, ff_values, stream_);
-      }
-      stage_timer_.mark(stream_, "ffn_activation");
+      xn_holds_attn_norm = enqueue_dense_ffn(w, n, next_attn_norm);
     }
-    xn_holds_attn_norm = enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n, "ffn_down", next_attn_norm);
+    if (in_slice && static_cast<int>(l) + 1 == slice.end_layer && l + 1 < layers_.size()) {
+      M40_CUDA_CHECK(cudaMemcpyAsync(slice_hidden_, slice_x, slice_row_bytes, cudaMemcpyDeviceToDevice, stream_));
+    }
   }
+}
+
+bool CudaBackend::enqueue_dense_ffn(const LayerOnDevice& w, int n, const float* next_attn_norm) {
+  const auto& hp = hparams_;
+  const bool gelu = hp.desc->activation == model::FfnActivation::GeluTanh;
+  // One or two tokens: the activation in the gate/up product's epilogue.
+  const GatedActivation act = gelu ? GatedActivation::GeluTanh : GatedActivation::Silu;
+  const bool paired = w.w_gate_up.rows == 2 * w.w_gate.rows;  // back to back (rows 0 when not)
+  if (paired && matvec_gated(w.w_gate_up, w.w_gate.rows, act, xn_, n, gate_, stream_)) {
+    stage_timer_.mark(stream_, "gate_up_activation");
+  } else {
+    enqueue_xn_products(w.w_gate_up, {{&w.w_gate, gate_}, {&w.w_up, up_}}, n);
+    stage_timer_.mark(stream_, "gate_up");
+    const int64_t ff_values = int64_t{n} * hp.n_ff;
+    if (gelu) {
+      gelu_mul(gate_, up_, gate_, ff_values, stream_);
+    } else {
+      silu_mul(gate_, up_, gate_, ff_values, stream_);
+    }
+    stage_timer_.mark(stream_, "ffn_activation");
+  }
+  return enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n, "ffn_down", next_attn_norm);
 }
 
 void CudaBackend::enqueue_xn_products(const DeviceWeight& fused, std::initializer_list<XnProduct> products, int n) {
@@ -592,7 +616,8 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   // (A row split's shards decide alike: each holds the last layer.)
   const bool outputs_fit =
       !holds_output() || (all_want_logits && !batch.output_embeddings && n <= max_logit_rows_);
-  const bool decode_step = options_.use_graphs && !stage_timer_.enabled() && outputs_fit && n <= kMaxMatvecTokens;
+  const bool decode_step = options_.use_graphs && !stage_timer_.enabled() && outputs_fit && n <= kMaxMatvecTokens &&
+                           batch.slice.tokens == 0;
   if (decode_step) {
     auto it = decode_graphs_.find(n);
     if (it == decode_graphs_.end()) it = decode_graphs_.emplace(n, capture_decode_graph(n)).first;
@@ -626,7 +651,7 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
     max_single_positions = std::max(max_single_positions, batch.positions[begin + n_single] + 1);
   }
   stage_timer_.begin(stream_);
-  enqueue_layers(n, max_positions, n_single, max_single_positions);
+  enqueue_layers(n, max_positions, n_single, max_single_positions, batch.slice);  // one chunk holds a slice
   if (!holds_output()) {
     hand_over();
     stage_timer_.collect();
@@ -722,6 +747,7 @@ void CudaBackend::copy_hidden_states(const backend::Batch& batch, size_t begin, 
 void CudaBackend::set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) {
   tables_.set(seq, blocks, n_cached);
   tables_dirty_ = true;
+  slices_.forget_sequence(seq);
 }
 
 void CudaBackend::copy_block(int32_t src, int32_t dst) {
@@ -756,17 +782,28 @@ void CudaBackend::forward(const backend::Batch& batch, std::span<float> logits) 
   backend::require_whole_model(name(), stage_, static_cast<int>(hparams_.n_layer));
   if (sharded()) throw Error("a shard of a model split by rows runs only beside its other shards");
   tables_.check(batch, logits.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
+  slices_.check(batch, options_.max_batch);
+  slices_.begin(batch);
   run_step(batch, nullptr, logits.data());
+  slices_.advance(batch);
+}
+
+backend::SliceSupport CudaBackend::layer_slices() const {
+  const int n_layer = static_cast<int>(hparams_.n_layer);
+  if (stage_.first != 0 || stage_.end != n_layer || sharded()) return {};
+  return {n_layer, options_.max_batch};
 }
 
 void CudaBackend::forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) {
   tables_.check_stage(batch, hidden.size(), out.size(), static_cast<int>(hparams_.n_vocab),
                       static_cast<int>(hparams_.n_embd), holds_input(), holds_output());
+  if (batch.slice.tokens != 0) throw Error("a stage of a split model runs no layer slices");
   run_step(batch, hidden.data(), out.data());
 }
 
 void CudaBackend::forward_shard(const backend::Batch& batch, std::span<float> out) {
   if (!sharded()) throw Error("the CUDA backend was not built as a shard of a model split by rows");
+  if (batch.slice.tokens != 0) throw Error("a shard of a model split by rows runs no layer slices");
   if (computes_output()) {
     tables_.check(batch, out.size(), static_cast<int>(hparams_.n_vocab), static_cast<int>(hparams_.n_embd));
   } else {
@@ -785,7 +822,7 @@ void CudaBackend::run_step(const backend::Batch& batch, float* hidden, float* ou
     const size_t end = std::min(batch.size(), begin + options_.max_batch);
     run_chunk(batch, begin, end, hidden, out, written);
   }
-  tables_.advance(batch);
+  tables_.advance(batch, slices_.cached_tokens(batch));
 }
 
 }  // namespace m40::cuda

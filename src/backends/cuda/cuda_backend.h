@@ -16,6 +16,7 @@
 
 #include "backends/backend.h"
 #include "backends/block_tables.h"
+#include "backends/layer_slices.h"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/layer_kernels.h"
 #include "backends/cuda/matmul.h"
@@ -68,6 +69,9 @@ class CudaBackend : public backend::Backend {
   void set_blocks(int seq, std::span<const int32_t> blocks, int n_cached) override;
   void copy_block(int32_t src, int32_t dst) override;
   void forward(const backend::Batch& batch, std::span<float> logits) override;
+  // Layer slices of up to max_batch tokens in all, where it holds the
+  // whole model on one GPU.
+  backend::SliceSupport layer_slices() const override;
   backend::LayerRange layers() const override { return stage_; }
   void forward_stage(const backend::Batch& batch, std::span<float> hidden, std::span<float> out) override;
   void forward_shard(const backend::Batch& batch, std::span<float> out) override;
@@ -123,7 +127,11 @@ class CudaBackend : public backend::Backend {
   // The first n_single tokens are each their sequence's only token in the
   // step (decode tokens of a mixed batch): their attention runs as its own
   // decode-kernel call, sized by max_single_positions (0: no split).
-  void enqueue_layers(int n, int max_positions, int n_single = 0, int max_single_positions = 0);
+  void enqueue_layers(int n_tokens, int max_positions, int n_single_tokens = 0, int max_single_positions = 0,
+                      const backend::LayerSlice& slice = {});
+  // A dense layer's FFN on xn_ (gate and up, activation, down joined to
+  // x_); true when the join also normalized x for the next layer.
+  bool enqueue_dense_ffn(const LayerOnDevice& w, int n, const float* next_attn_norm);
   // A branch's output product W h joining the residual stream x_: fused
   // into the product's epilogue for plain layers, else through xn_ (free
   // once the branch's input products have read it) and add_branch, which
@@ -200,6 +208,7 @@ class CudaBackend : public backend::Backend {
   uint64_t kv_half_bytes_ = 0;  // one layer's K (or V) pool
   std::vector<KvLayer> kv_layers_;
   backend::BlockTables tables_;
+  backend::SliceTracker slices_;
   int32_t* block_tables_ = nullptr;  // device copy of tables_.flat(), in scratch_
   PinnedBuffer host_tables_;         // its staging copy
   bool tables_dirty_ = true;         // set_blocks changed tables_ since the last upload
@@ -207,6 +216,8 @@ class CudaBackend : public backend::Backend {
   Arena scratch_;
   float *x_, *xn_, *q_, *k_, *v_, *attn_, *gate_, *up_, *logits_, *gathered_;
   int32_t *tokens_, *positions_, *seq_ids_;
+  // The layer slice in flight's hidden states between steps ([max_batch][n_embd]).
+  float* slice_hidden_ = nullptr;
   // MoE layers' buffers (null for dense models): per token the router's
   // logits, per slot (token x chosen expert) the expert and its weight,
   // the slots in expert order and each slot's row there, the work items,

@@ -85,11 +85,12 @@ MemoryPlan plan_memory(const model::ModelHparams& model_hp, const model::ModelWe
   plan.kv_cache = 2ull * static_cast<uint64_t>(stage.size()) * static_cast<uint64_t>(shape.kv_pool_blocks()) *
                   backend::kKvBlockSize *
                   kv_row_bytes(kv_format(shape.kv_type), static_cast<int>(hp.kv_dim()));
-  // Activations of one chunk (FP32): x, xn, q, k, v, attention out, gate, up
-  // (of the dense FFN or a shared expert); the logits of the output-head
-  // rows; token/position/sequence ids; the sequences' block tables.
+  // Activations of one chunk (FP32): x, xn, a layer slice's hidden states
+  // between steps, q, k, v, attention out, gate, up (of the dense FFN or a
+  // shared expert); the logits of the output-head rows;
+  // token/position/sequence ids; the sequences' block tables.
   const uint64_t dense_ff = std::max(hp.n_ff, hp.n_ff_shared_expert);
-  const uint64_t per_token = 2ull * hp.n_embd + 2ull * hp.q_dim() + 2ull * hp.kv_dim() + 2ull * dense_ff;
+  const uint64_t per_token = 3ull * hp.n_embd + 2ull * hp.q_dim() + 2ull * hp.kv_dim() + 2ull * dense_ff;
   plan.scratch = per_token * shape.max_batch * sizeof(float) +
                  static_cast<uint64_t>(shape.max_logit_rows) * (hp.n_vocab + hp.n_embd) * sizeof(float) +
                  3ull * shape.max_batch * sizeof(int32_t) +

@@ -334,6 +334,52 @@ TEST_P(CudaVsCpu, DecodeTokensBesideAPromptChunk) {
   }
 }
 
+// A prompt read in layer slices (backend.h, LayerSlice) beside the decode
+// tokens of three other sequences: its first layer, a step without it, then
+// the rest, and a decode step after; the CPU runs the same batches. The
+// hidden states wait on the GPU between steps, the layers outside the slice
+// run the decode tokens alone, and the prompt's positions count as cached
+// only once it has passed the last layer.
+TEST_P(CudaVsCpu, APromptReadInLayerSlicesBesideDecodeTokens) {
+  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
+  const int n_layer = static_cast<int>(model_->hparams.n_layer);
+  const int n_seq = 4;
+  auto cpu = cpu_backend(160, n_seq);
+  auto gpu = gpu_backend(160, n_seq);
+  ASSERT_EQ(gpu->layer_slices().layers, n_layer);
+  const auto ids = prompt(150);
+  backend::Batch batch;
+  const int lengths[3] = {6, 11, 3};
+  for (int s = 0; s < 3; ++s) {
+    for (int i = 0; i < lengths[s]; ++i) batch.add(ids[s * 20 + i], i, s, false);
+  }
+  std::vector<float> unused;
+  cpu->forward(batch, unused);
+  gpu->forward(batch, unused);
+  const int chunk = 40;
+  std::vector<backend::LayerSlice> plan = {{chunk, 0, 1}, {}};
+  if (n_layer > 1) plan.push_back({chunk, 1, n_layer});
+  for (size_t step = 0; step <= plan.size(); ++step) {
+    batch.clear();
+    const int p = static_cast<int>(step);
+    for (int s = 0; s < 3; ++s) batch.add(ids[s * 20 + lengths[s] + p], lengths[s] + p, s, true);
+    if (step == plan.size()) {
+      batch.add(ids[chunk], chunk, 3, true);  // the prompt is read: sequence 3 decodes
+    } else {
+      const backend::LayerSlice& slice = plan[step];
+      for (int i = 0; i < slice.tokens; ++i) batch.add(ids[i], i, 3, i + 1 == chunk && slice.end_layer == n_layer);
+      batch.slice = slice;
+    }
+    const size_t rows = batch.logits_count();
+    std::vector<float> lc(rows * n_vocab), lg(rows * n_vocab, NAN);
+    cpu->forward(batch, lc);
+    gpu->forward(batch, lg);
+    for (size_t r = 0; r < rows; ++r) {
+      EXPECT_TRUE(close(lc.data() + r * n_vocab, lg.data() + r * n_vocab)) << "step " << step << ", row " << r;
+    }
+  }
+}
+
 // Three sequences' prompts of 21 to 33 tokens in one batch (the prefill
 // kernel, tiles holding several sequences), then decode steps through the
 // graphs: every windowed layer masks keys in both kernels, and positions
@@ -459,6 +505,10 @@ TEST(CudaBackend, BadBatchesAreRefusedBeforeAnyGpuWork) {
   EXPECT_THROW(backend.forward(b, logits), Error);
   b.clear();
   b.add(1, 8, 0, true);
+  EXPECT_THROW(backend.forward(b, logits), Error);
+  b.clear();
+  b.add(1, 0, 0, false);
+  b.slice = {1, 1, 2};  // continues no layer slice in flight
   EXPECT_THROW(backend.forward(b, logits), Error);
   b.clear();
   b.add(1, 0, 0, true);
