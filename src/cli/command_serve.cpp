@@ -165,8 +165,9 @@ void register_serve_command(CLI::App& app) {
   cmd->add_option("--prefill-slowdown", so.prefill_slowdown,
                   "While other requests are generating, a step that also reads a prompt may take up to FACTOR "
                   "times as long as one that does not: prompt chunks are sized from measured step times to stay "
-                  "within it, so running streams keep their pace while a long prompt is read; not while more requests "
-                  "wait for their prompt than generate (a burst). 0 turns pacing off (every step takes up to "
+                  "within it, so running streams keep their pace while a long prompt is read (a chunk of up to "
+                  "--prefill-chunk tokens a few layers a step, where the backend runs layer slices); not while more "
+                  "requests wait for their prompt than generate (a burst). 0 turns pacing off (every step takes up to "
                   "--prefill-chunk prompt tokens)")
       ->type_name("FACTOR")
       ->capture_default_str()

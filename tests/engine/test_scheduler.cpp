@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -82,6 +83,7 @@ class GatedRecordingBackend : public test::WrappedBackend {
       for (int i = 0; i < 30000 && !released.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     inner().forward(batch, logits);
+    if (after_forward) after_forward(batch);
   }
   backend::SliceSupport layer_slices() const override {
     return offers_slices ? WrappedBackend::layer_slices() : backend::SliceSupport{};
@@ -98,6 +100,7 @@ class GatedRecordingBackend : public test::WrappedBackend {
   std::atomic<bool> released{true};
   std::atomic<int> forwards{0};
   bool offers_slices = true;  // false: as a backend without layer slices (the scheduler reads plain chunks)
+  std::function<void(const backend::Batch&)> after_forward;  // on the engine thread, after each step ran
 
  private:
   mutable std::mutex mutex_;
@@ -428,6 +431,50 @@ TEST_F(SchedulerTest, APacedLongPromptIsReadInLayerSlicesAndAnswersAsAlone) {
   EXPECT_GE(chunks, 2);
   EXPECT_EQ(first_chunk, 32);
   EXPECT_EQ(scheduler.stats().slice_steps, static_cast<uint64_t>(slice_steps));
+}
+
+// A request cancelled while a chunk of its prompt is half way through the
+// layers: the slice is dropped with the request's blocks, only the positions
+// it had read through every layer are offered for reuse, and the same
+// prompt asked again (reusing them) answers as alone.
+TEST_F(SchedulerTest, ARequestCancelledMidSliceLeavesNothingHalfRead) {
+  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+  const engine::BackendOptions bo = cpu_options(2);
+  const auto short_prompt = vocab_->encode("Once upon a time", {.add_special = true});
+  const auto long_prompt = story_prompt(300);
+  const std::string alone_answer =
+      answers_alone(*model, bo, greedy(short_prompt, 1), greedy(long_prompt, 20)).second;
+
+  GatedRecordingBackend backend(engine::make_backend(*model, bo));
+  backend.released = false;
+  engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 256, .prefill_slowdown = 2.0});
+  auto stream = scheduler.submit(greedy(short_prompt, 2000));
+  ASSERT_TRUE(backend.wait_at_gate());
+  std::shared_ptr<engine::RequestStream> first = scheduler.submit(greedy(long_prompt, 20));
+  // Cancelled after its second chunk has passed layer 0 only.
+  int half_read_chunks = 0;
+  backend.after_forward = [&](const backend::Batch& batch) {
+    if (batch.slice.tokens > 0 && batch.slice.end_layer < 2 && ++half_read_chunks == 2) first->cancel();
+  };
+  backend.released = true;
+  const auto cancelled = drain(*first);
+  EXPECT_EQ(cancelled.end.finish_reason, engine::FinishReason::Cancelled);
+  ASSERT_EQ(half_read_chunks, 2);
+  const engine::SchedulerStats before = scheduler.stats();
+  const auto again = drain(*scheduler.submit(greedy(long_prompt, 20)));
+  stream->cancel();
+  drain(*stream);
+  ASSERT_EQ(again.end.kind, engine::StreamEvent::Kind::Done);
+  EXPECT_EQ(again.text, alone_answer);
+  // It reused what the first chunk had read through every layer (where
+  // that chunk began: the positions the stream's prompt shares), not the
+  // half-read second chunk.
+  const auto batches = backend.batches();
+  const auto first_slice = std::find_if(batches.begin(), batches.end(), [](const backend::Batch& b) { return b.slice.tokens > 0; });
+  ASSERT_NE(first_slice, batches.end());
+  const int read_through = first_slice->positions[first_slice->size() - first_slice->slice.tokens] + first_slice->slice.tokens;
+  EXPECT_EQ(again.end.timings.cached_tokens, read_through);
+  EXPECT_GT(scheduler.stats().slice_steps, before.slice_steps);
 }
 
 // Two prompts arrive while one stream generates: more requests wait than
