@@ -156,6 +156,36 @@ class SchedulerTest : public ::testing::Test {
     std::string a = drain(*scheduler.submit(std::move(first))).text;
     return {std::move(a), drain(*scheduler.submit(std::move(second))).text};
   }
+  // The paced tests' requests: a stream of 400 tokens and a 300-token story
+  // prompt asked for 30, with each one's text alone (the long prompt then
+  // read in one 256-token step), on the CPU engine of two slots.
+  struct PacedCase {
+    std::unique_ptr<model::LoadedModel> model;
+    engine::BackendOptions bo;
+    engine::RequestParams stream, answer;
+    std::string alone_stream, alone_answer;
+  };
+  PacedCase paced_case() const {
+    PacedCase c;
+    c.model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
+    c.bo = cpu_options(2);
+    c.stream = greedy(vocab_->encode("Once upon a time", {.add_special = true}), 400);
+    c.answer = greedy(story_prompt(300), 30);
+    std::tie(c.alone_stream, c.alone_answer) = answers_alone(*c.model, c.bo, c.stream, c.answer);
+    return c;
+  }
+  // The paced tests' run: `stream` first; once it generates (its first
+  // decode step held at the gate), `next`; both read to their ends.
+  static std::pair<Collected, Collected> stream_then(GatedRecordingBackend& backend, engine::Scheduler& scheduler,
+                                                     engine::RequestParams stream, engine::RequestParams next) {
+    backend.released = false;
+    auto first = scheduler.submit(std::move(stream));
+    EXPECT_TRUE(backend.wait_at_gate());
+    auto second = scheduler.submit(std::move(next));
+    backend.released = true;
+    Collected a = drain(*first);
+    return {std::move(a), drain(*second)};
+  }
   std::unique_ptr<tokenizer::Vocab> vocab_;
   int32_t favorite_ = 0;
 };
@@ -343,37 +373,23 @@ TEST_F(SchedulerTest, StopEndsRunningRequestsWithAnError) {
 }
 
 TEST_F(SchedulerTest, APacedLongPromptBesideAStreamAnswersAsAlone) {
-  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
-  const engine::BackendOptions bo = cpu_options(2);
-  const auto short_prompt = vocab_->encode("Once upon a time", {.add_special = true});
-  const auto long_prompt = story_prompt(300);
-  const int stream_tokens = 400, answer_tokens = 30;
-
-  // Each request alone: the long prompt in one 256-token step and the rest.
-  const auto [alone_stream, alone_answer] =
-      answers_alone(*model, bo, greedy(short_prompt, stream_tokens), greedy(long_prompt, answer_tokens));
+  const PacedCase c = paced_case();
 
   // Together, with pacing on: the long prompt arrives while the stream
   // generates; this backend reads it in chunks of plain tokens (no layer
   // slices: the next test has them).
-  GatedRecordingBackend backend(engine::make_backend(*model, bo));
+  GatedRecordingBackend backend(engine::make_backend(*c.model, c.bo));
   backend.offers_slices = false;
-  backend.released = false;
   engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 256, .prefill_slowdown = 2.0});
-  auto stream = scheduler.submit(greedy(short_prompt, stream_tokens));
-  // Its prompt is read and its first decode step waits at the gate.
-  ASSERT_TRUE(backend.wait_at_gate());
-  auto answer = scheduler.submit(greedy(long_prompt, answer_tokens));
-  backend.released = true;
-  const auto together_stream = drain(*stream);
-  const auto together_answer = drain(*answer);
+  const auto [together_stream, together_answer] =
+      stream_then(backend, scheduler, c.stream, c.answer);
   ASSERT_EQ(together_stream.end.kind, engine::StreamEvent::Kind::Done);
   ASSERT_EQ(together_answer.end.kind, engine::StreamEvent::Kind::Done);
-  EXPECT_EQ(together_stream.end.timings.generated_tokens, stream_tokens);
-  EXPECT_EQ(together_answer.end.timings.generated_tokens, answer_tokens);
+  EXPECT_EQ(together_stream.end.timings.generated_tokens, c.stream.max_tokens);
+  EXPECT_EQ(together_answer.end.timings.generated_tokens, c.answer.max_tokens);
   EXPECT_EQ(together_answer.end.timings.prompt_tokens, 300);
-  EXPECT_EQ(together_answer.text, alone_answer);
-  EXPECT_EQ(together_stream.text, alone_stream);
+  EXPECT_EQ(together_answer.text, c.alone_answer);
+  EXPECT_EQ(together_stream.text, c.alone_stream);
 
   // The long prompt was read in several chunks beside the stream's decode
   // tokens, the first one the pacer's cautious start, not the 256 cap.
@@ -387,30 +403,19 @@ TEST_F(SchedulerTest, APacedLongPromptBesideAStreamAnswersAsAlone) {
 // every layer becomes a larger chunk through a few layers a step (the
 // model has two: one each), and the answers are those of each request alone.
 TEST_F(SchedulerTest, APacedLongPromptIsReadInLayerSlicesAndAnswersAsAlone) {
-  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
-  const engine::BackendOptions bo = cpu_options(2);
-  const auto short_prompt = vocab_->encode("Once upon a time", {.add_special = true});
-  const auto long_prompt = story_prompt(300);
-  const int stream_tokens = 400, answer_tokens = 30;
-  const auto [alone_stream, alone_answer] =
-      answers_alone(*model, bo, greedy(short_prompt, stream_tokens), greedy(long_prompt, answer_tokens));
+  const PacedCase c = paced_case();
 
-  GatedRecordingBackend backend(engine::make_backend(*model, bo));
+  GatedRecordingBackend backend(engine::make_backend(*c.model, c.bo));
   const int n_layer = backend.layer_slices().layers;
   ASSERT_EQ(n_layer, 2);
-  backend.released = false;
   engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 256, .prefill_slowdown = 2.0});
-  auto stream = scheduler.submit(greedy(short_prompt, stream_tokens));
-  ASSERT_TRUE(backend.wait_at_gate());
-  auto answer = scheduler.submit(greedy(long_prompt, answer_tokens));
-  backend.released = true;
-  const auto together_stream = drain(*stream);
-  const auto together_answer = drain(*answer);
+  const auto [together_stream, together_answer] =
+      stream_then(backend, scheduler, c.stream, c.answer);
   ASSERT_EQ(together_stream.end.kind, engine::StreamEvent::Kind::Done);
   ASSERT_EQ(together_answer.end.kind, engine::StreamEvent::Kind::Done);
   EXPECT_EQ(together_answer.end.timings.prompt_tokens, 300);
-  EXPECT_EQ(together_answer.text, alone_answer);
-  EXPECT_EQ(together_stream.text, alone_stream);
+  EXPECT_EQ(together_answer.text, c.alone_answer);
+  EXPECT_EQ(together_stream.text, c.alone_stream);
 
   // Every slice step carried the stream's decode token; each chunk passed
   // layers 0 to n_layer in order, the first no larger than the pacer's
@@ -438,19 +443,13 @@ TEST_F(SchedulerTest, APacedLongPromptIsReadInLayerSlicesAndAnswersAsAlone) {
 // it had read through every layer are offered for reuse, and the same
 // prompt asked again (reusing them) answers as alone.
 TEST_F(SchedulerTest, ARequestCancelledMidSliceLeavesNothingHalfRead) {
-  auto model = model::LoadedModel::open(test::shared_model("TinyStories-656K-Q8_0.gguf").string());
-  const engine::BackendOptions bo = cpu_options(2);
-  const auto short_prompt = vocab_->encode("Once upon a time", {.add_special = true});
-  const auto long_prompt = story_prompt(300);
-  const std::string alone_answer =
-      answers_alone(*model, bo, greedy(short_prompt, 1), greedy(long_prompt, 20)).second;
-
-  GatedRecordingBackend backend(engine::make_backend(*model, bo));
+  const PacedCase c = paced_case();
+  GatedRecordingBackend backend(engine::make_backend(*c.model, c.bo));
   backend.released = false;
   engine::Scheduler scheduler(backend, *vocab_, {.max_queue = 4, .prefill_chunk = 256, .prefill_slowdown = 2.0});
-  auto stream = scheduler.submit(greedy(short_prompt, 2000));
+  auto stream = scheduler.submit(c.stream);
   ASSERT_TRUE(backend.wait_at_gate());
-  std::shared_ptr<engine::RequestStream> first = scheduler.submit(greedy(long_prompt, 20));
+  std::shared_ptr<engine::RequestStream> first = scheduler.submit(c.answer);
   // Cancelled after its second chunk has passed layer 0 only.
   int half_read_chunks = 0;
   backend.after_forward = [&](const backend::Batch& batch) {
@@ -461,11 +460,11 @@ TEST_F(SchedulerTest, ARequestCancelledMidSliceLeavesNothingHalfRead) {
   EXPECT_EQ(cancelled.end.finish_reason, engine::FinishReason::Cancelled);
   ASSERT_EQ(half_read_chunks, 2);
   const engine::SchedulerStats before = scheduler.stats();
-  const auto again = drain(*scheduler.submit(greedy(long_prompt, 20)));
+  const auto again = drain(*scheduler.submit(c.answer));
   stream->cancel();
   drain(*stream);
   ASSERT_EQ(again.end.kind, engine::StreamEvent::Kind::Done);
-  EXPECT_EQ(again.text, alone_answer);
+  EXPECT_EQ(again.text, c.alone_answer);
   // It reused what the first chunk had read through every layer (where
   // that chunk began: the positions the stream's prompt shares), not the
   // half-read second chunk.

@@ -175,6 +175,18 @@ class CudaVsCpu : public ::testing::TestWithParam<std::string> {
     o.max_batch = max_batch;
     return std::make_unique<cuda::CudaBackend>(model_->hparams, model_->weights, o);
   }
+  // Sequences 0, 1 and 2 read prompts of 6, 11 and 3 tokens (ids from 0,
+  // 20 and 40) on both backends, in one batch.
+  static constexpr int kPromptLengths[3] = {6, 11, 3};
+  static void read_three_prompts(backend::Backend& cpu, backend::Backend& gpu, const std::vector<int32_t>& ids) {
+    backend::Batch batch;
+    for (int s = 0; s < 3; ++s) {
+      for (int i = 0; i < kPromptLengths[s]; ++i) batch.add(ids[s * 20 + i], i, s, false);
+    }
+    std::vector<float> unused;
+    cpu.forward(batch, unused);
+    gpu.forward(batch, unused);
+  }
   std::vector<int32_t> prompt(int n) const {
     std::vector<int32_t> ids;
     const int32_t n_vocab = static_cast<int32_t>(model_->hparams.n_vocab);
@@ -302,14 +314,10 @@ TEST_P(CudaVsCpu, DecodeTokensBesideAPromptChunk) {
   auto cpu = cpu_backend(160, n_seq);
   auto gpu = gpu_backend(160, n_seq);
   const auto ids = prompt(150);
+  read_three_prompts(*cpu, *gpu, ids);
+  const auto& lengths = kPromptLengths;
   backend::Batch batch;
-  const int lengths[3] = {6, 11, 3};
-  for (int s = 0; s < 3; ++s) {
-    for (int i = 0; i < lengths[s]; ++i) batch.add(ids[s * 20 + i], i, s, false);
-  }
   std::vector<float> unused;
-  cpu->forward(batch, unused);
-  gpu->forward(batch, unused);
   int chunk_start = 0;
   for (const int chunk : {40, 100}) {
     batch.clear();
@@ -348,14 +356,9 @@ TEST_P(CudaVsCpu, APromptReadInLayerSlicesBesideDecodeTokens) {
   auto gpu = gpu_backend(160, n_seq);
   ASSERT_EQ(gpu->layer_slices().layers, n_layer);
   const auto ids = prompt(150);
+  read_three_prompts(*cpu, *gpu, ids);
+  const auto& lengths = kPromptLengths;
   backend::Batch batch;
-  const int lengths[3] = {6, 11, 3};
-  for (int s = 0; s < 3; ++s) {
-    for (int i = 0; i < lengths[s]; ++i) batch.add(ids[s * 20 + i], i, s, false);
-  }
-  std::vector<float> unused;
-  cpu->forward(batch, unused);
-  gpu->forward(batch, unused);
   const int chunk = 40;
   std::vector<backend::LayerSlice> plan = {{chunk, 0, 1}, {}};
   if (n_layer > 1) plan.push_back({chunk, 1, n_layer});
