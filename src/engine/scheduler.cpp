@@ -658,7 +658,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
 
 // A prompt is read in layer slices where the pacer holds its chunk below
 // what the prompt and --prefill-chunk would take: a chunk of up to
-// prefill_chunk tokens passes a few layers a step, as many as the pacer's
+// prefill_chunk tokens less the decode tokens passes a few layers a step, as many as the pacer's
 // budget pays for (budget tokens through every layer cost about as much as
 // budget x n_layer / chunk layers of the chunk, more on a GPU, where a few
 // tokens run far below the prefill kernels' rate), until it has passed
@@ -682,7 +682,11 @@ std::optional<Scheduler::SliceStep> Scheduler::plan_slice(const std::vector<Slot
   if (slot == nullptr) return std::nullopt;
   if (slot->slice_tokens == 0) {
     if (budget >= options_.prefill_chunk || budget >= slot->pending()) return std::nullopt;
-    const int chunk = std::min({slot->pending(), options_.prefill_chunk, slices_.max_batch - n_decode, budget * n_layer});
+    // The slice's layers run the decode tokens and the chunk together: at
+    // most prefill_chunk tokens in all (256 by default, whole tiles of the
+    // prefill kernels; 8 streams beside a 256-token chunk would make 264).
+    const int room = std::min(options_.prefill_chunk, slices_.max_batch) - n_decode;
+    const int chunk = std::min({slot->pending(), room, budget * n_layer});
     if (chunk <= budget) return std::nullopt;  // no larger than plain tokens
     slot->slice_tokens = chunk;
     slot->slice_next_layer = 0;
