@@ -128,13 +128,19 @@ async function concurrencyLevel(url, model, clients, o) {
 // prompt was sent, between its sending and its answer, or in the 0.5 s after
 // the answer (the streams alone again, but with the longer contexts they
 // reached meanwhile: their steps cost more than before, prompt or not).
-async function longPromptDuringStreams(url, model, o) {
+// A prompt of `length` tokens: `sentence` repeated.
+async function repeatedPrompt(url, model, sentence, length) {
   const ids = await (await fetch(`${url}/tokenize`, {
-    method: 'POST', body: JSON.stringify({ model, content: ' Once upon a time, there was a little girl named Lily.' }),
+    method: 'POST', body: JSON.stringify({ model, content: sentence }),
   })).json();
-  const longPrompt = [];
-  while (longPrompt.length < o.longPrompt) longPrompt.push(...ids.tokens);
-  longPrompt.length = o.longPrompt;
+  const prompt = [];
+  while (prompt.length < length) prompt.push(...ids.tokens);
+  prompt.length = length;
+  return prompt;
+}
+
+async function longPromptDuringStreams(url, model, o) {
+  const longPrompt = await repeatedPrompt(url, model, ' Once upon a time, there was a little girl named Lily.', o.longPrompt);
   // The streams could outlast the long prompt (up to the context); they are
   // ended once it has been answered.
   const abort = new AbortController();
@@ -158,7 +164,14 @@ async function longPromptDuringStreams(url, model, o) {
       else if (r.arrivals[i - 1] > longDone) after.push(gap);
     });
   }
-  return { promptTokens: longPrompt.length, ttft: longDone - longSent, before99: percentile(before, 99),
+  // Then a prompt of the same length alone (other tokens: no cached
+  // blocks), for the ratio the pacing is judged by, once the server has
+  // seen the streams' clients leave.
+  await new Promise((r) => setTimeout(r, 300));
+  const alonePrompt = await repeatedPrompt(url, model, ' The sun was warm and the sky was blue over the quiet town.', o.longPrompt);
+  const alone = await streamOnce(url, model, alonePrompt, 1);
+  const aloneTtft = (alone.arrivals[0] ?? performance.now()) - alone.sent;
+  return { promptTokens: longPrompt.length, ttft: longDone - longSent, aloneTtft, before99: percentile(before, 99),
            during99: percentile(during, 99), before50: percentile(before, 50), during50: percentile(during, 50),
            after50: percentile(after, 50), after99: percentile(after, 99),
            beforeN: before.length, duringN: during.length, afterN: after.length };
@@ -179,7 +192,8 @@ async function main() {
       console.log(`| ${clients} | ${r.requests} | ${r.tps.toFixed(0)} | ${ms(r.ttft50)} | ${ms(r.ttft99)} | ${ms(r.itl50)} | ${ms(r.itl99)} |`);
     }
     const l = await longPromptDuringStreams(url, model, o);
-    console.log(`\n${l.promptTokens}-token prompt while 8 streams run: its first token after ${ms(l.ttft)} ms`);
+    console.log(`\n${l.promptTokens}-token prompt while 8 streams run: its first token after ${ms(l.ttft)} ms ` +
+                `(alone: ${ms(l.aloneTtft)} ms, ${(l.ttft / l.aloneTtft).toFixed(2)}x)`);
     console.log('| 8 streams | ITL p50 ms | ITL p99 ms | gaps |');
     console.log('|---|---:|---:|---:|');
     console.log(`| before the long prompt | ${ms(l.before50)} | ${ms(l.before99)} | ${l.beforeN} |`);

@@ -296,6 +296,16 @@ def concurrency_level(url, model, clients, o):
             'itl50': percentile(itl, 50), 'itl99': percentile(itl, 99)}
 
 
+def repeated_prompt(client, model, sentence, length):
+    """A prompt of `length` tokens: `sentence` repeated."""
+    ids = json.loads(client.post('/tokenize', {'model': model, 'content': sentence}).read())
+    prompt = []
+    while len(prompt) < length:
+        prompt += ids['tokens']
+    del prompt[length:]
+    return prompt
+
+
 def long_prompt_during_streams(url, model, o):
     """8 streams run; once each has produced tokens for a while, one long
     prompt arrives. Gaps between tokens are split by when they end: before
@@ -305,13 +315,7 @@ def long_prompt_during_streams(url, model, o):
     prompt or not)."""
     client = Client(url)
     try:
-        res = client.post('/tokenize', {'model': model,
-                                        'content': ' Once upon a time, there was a little girl named Lily.'})
-        ids = json.loads(res.read())
-        long_prompt = []
-        while len(long_prompt) < o.long_prompt:
-            long_prompt += ids['tokens']
-        del long_prompt[o.long_prompt:]
+        long_prompt = repeated_prompt(client, model, ' Once upon a time, there was a little girl named Lily.', o.long_prompt)
         # The streams could outlast the long prompt (up to the context); they
         # are ended once it has been answered.
         abort = Abort()
@@ -333,6 +337,14 @@ def long_prompt_during_streams(url, model, o):
         streams.join()
         if errors:
             raise errors[0]
+        # Then a prompt of the same length alone (other tokens: no cached
+        # blocks), for the ratio the pacing is judged by, once the server
+        # has seen the streams' clients leave.
+        time.sleep(0.3)
+        alone_prompt = repeated_prompt(client, model, ' The sun was warm and the sky was blue over the quiet town.',
+                                       o.long_prompt)
+        alone = stream_once(client, model, alone_prompt, 1)
+        alone_ttft = (alone['arrivals'][0] if alone['arrivals'] else now_ms()) - alone['sent']
     finally:
         client.close()
     before = []
@@ -348,7 +360,7 @@ def long_prompt_during_streams(url, model, o):
                 during.append(gap)
             elif a[i - 1] > long_done:
                 after.append(gap)
-    return {'prompt_tokens': len(long_prompt), 'ttft': long_done - long_sent,
+    return {'prompt_tokens': len(long_prompt), 'ttft': long_done - long_sent, 'alone_ttft': alone_ttft,
             'before99': percentile(before, 99), 'during99': percentile(during, 99),
             'before50': percentile(before, 50), 'during50': percentile(during, 50),
             'after50': percentile(after, 50), 'after99': percentile(after, 99),
@@ -370,7 +382,8 @@ def run(o, url):
         print(f"| {clients} | {r['requests']} | {r['tps']:.0f} | {ms(r['ttft50'])} | {ms(r['ttft99'])} | "
               f"{ms(r['itl50'])} | {ms(r['itl99'])} |", flush=True)
     lp = long_prompt_during_streams(url, model, o)
-    print(f"\n{lp['prompt_tokens']}-token prompt while 8 streams run: its first token after {ms(lp['ttft'])} ms")
+    print(f"\n{lp['prompt_tokens']}-token prompt while 8 streams run: its first token after {ms(lp['ttft'])} ms "
+          f"(alone: {ms(lp['alone_ttft'])} ms, {lp['ttft'] / lp['alone_ttft']:.2f}x)")
     print('| 8 streams | ITL p50 ms | ITL p99 ms | gaps |')
     print('|---|---:|---:|---:|')
     print(f"| before the long prompt | {ms(lp['before50'])} | {ms(lp['before99'])} | {lp['before_n']} |")
