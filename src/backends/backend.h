@@ -66,6 +66,16 @@ struct LayerSlice {
   int first_layer = 0;
   int end_layer = 0;
   bool operator==(const LayerSlice&) const = default;
+
+  // Whether its tokens pass `layer`.
+  bool passes(int layer) const { return tokens > 0 && layer >= first_layer && layer < end_layer; }
+  // The tokens of a batch of n that pass `layer`: all, or all but the
+  // slice's where it does not run that layer.
+  int tokens_at(int n, int layer) const { return tokens == 0 || passes(layer) ? n : n - tokens; }
+  // Before `layer` its hidden states come from the previous step.
+  bool resumes_at(int layer) const { return tokens > 0 && layer == first_layer && layer > 0; }
+  // After `layer` (of a model of n_layer) its hidden states wait for the next step.
+  bool pauses_after(int layer, int n_layer) const { return passes(layer) && layer + 1 == end_layer && end_layer < n_layer; }
 };
 
 // What a backend offers for layer slices (Backend::layer_slices).

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -124,11 +123,12 @@ class BlockTables {
     }
   }
 
-  // Records the positions a batch has cached: those of its first `count`
-  // tokens (all: the default; a layer slice that stops before the last
-  // layer caches nothing yet, layer_slices.h).
-  void advance(const Batch& batch, size_t count = SIZE_MAX) {
-    for (size_t i = 0; i < std::min(count, batch.size()); ++i) {
+  // Records the positions a batch has cached: those of all its tokens, or
+  // of its first `count` (at most its size: a layer slice that stops
+  // before the last layer caches nothing yet, layer_slices.h).
+  void advance(const Batch& batch) { advance(batch, batch.size()); }
+  void advance(const Batch& batch, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
       cached_[batch.seq_ids[i]] = std::max(cached_[batch.seq_ids[i]], batch.positions[i] + 1);
     }
   }

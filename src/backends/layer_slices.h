@@ -94,14 +94,6 @@ class SliceTracker {
     return s.tokens > 0 && s.end_layer != n_layer_ ? batch.size() - static_cast<size_t>(s.tokens) : batch.size();
   }
 
-  // The tokens that pass `layer`: the whole batch, or all but the slice's
-  // where the slice does not run that layer.
-  static int tokens_at(const Batch& batch, int layer) {
-    const LayerSlice& s = batch.slice;
-    const int n = static_cast<int>(batch.size());
-    return s.tokens == 0 || (layer >= s.first_layer && layer < s.end_layer) ? n : n - s.tokens;
-  }
-
  private:
   struct InFlight {
     int seq = 0;

@@ -658,11 +658,11 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
 
 // A prompt is read in layer slices where the pacer holds its chunk below
 // what the prompt and --prefill-chunk would take: a chunk of up to
-// prefill_chunk tokens less the decode tokens passes a few layers a step, as many as the pacer's
-// budget pays for (budget tokens through every layer cost about as much as
-// budget x n_layer / chunk layers of the chunk, more on a GPU, where a few
-// tokens run far below the prefill kernels' rate), until it has passed
-// them all. One slice runs at a time: the oldest slot reading a prompt
+// prefill_chunk tokens less the decode tokens passes a few layers a step,
+// as many as the pacer's budget pays for (budget tokens through every
+// layer cost about as much as budget x n_layer / chunk layers of the
+// chunk, more on a GPU, where a few tokens run far below the prefill
+// kernels' rate), until it has passed them all. One slice runs at a time: the oldest slot reading a prompt
 // starts it, and it goes on, if more slowly (0 layers on the pacer's
 // reference steps), whatever the budget does next; the rest of the layers
 // in one step once pacing stops (no stream left, or a burst of requests).

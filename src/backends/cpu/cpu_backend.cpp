@@ -198,9 +198,9 @@ void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> 
     // A layer slice's tokens pass its layers only: their hidden states
     // come from the previous step before its first layer and wait for the
     // next one after its last (layer_slices.h).
-    const int64_t nl = backend::SliceTracker::tokens_at(batch, layer);
+    const int64_t nl = batch.slice.tokens_at(static_cast<int>(n), layer);
     const int64_t slice_row = n - batch.slice.tokens;
-    if (batch.slice.tokens > 0 && layer == batch.slice.first_layer && layer > 0) {
+    if (batch.slice.resumes_at(layer)) {
       std::copy(slice_hidden_.begin(), slice_hidden_.end(), x.begin() + slice_row * n_embd);
     }
     for (int64_t t = 0; t < nl; ++t) {
@@ -263,7 +263,7 @@ void CpuBackend::run_layers(const backend::Batch& batch, std::span<const float> 
       add_shard_partials(proj.data(), nl * n_embd);
     }
     add_branch(post_ffn_norm_[layer], nl);
-    if (batch.slice.tokens > 0 && layer + 1 == batch.slice.end_layer && layer + 1 < static_cast<int>(hp.n_layer)) {
+    if (batch.slice.pauses_after(layer, static_cast<int>(hp.n_layer))) {
       slice_hidden_.assign(x.begin() + slice_row * n_embd, x.end());
     }
   }

@@ -419,10 +419,9 @@ void CudaBackend::enqueue_layers(int n_tokens, int max_positions, int n_single_t
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerOnDevice& w = layers_[l];
     const auto layer = static_cast<uint32_t>(stage_.first) + static_cast<uint32_t>(l);  // the model's layer
-    const bool in_slice = slice.tokens > 0 && static_cast<int>(l) >= slice.first_layer && static_cast<int>(l) < slice.end_layer;
-    const int n = slice.tokens == 0 || in_slice ? n_tokens : n_tokens - slice.tokens;
+    const int n = slice.tokens_at(n_tokens, static_cast<int>(l));
     const int n_single = std::min(n_single_tokens, n);
-    if (slice.tokens > 0 && static_cast<int>(l) == slice.first_layer && l > 0) {
+    if (slice.resumes_at(static_cast<int>(l))) {
       M40_CUDA_CHECK(cudaMemcpyAsync(slice_x, slice_hidden_, slice_row_bytes, cudaMemcpyDeviceToDevice, stream_));
       xn_holds_attn_norm = false;  // the join before normalized the other tokens only
     }
@@ -494,7 +493,7 @@ void CudaBackend::enqueue_layers(int n_tokens, int max_positions, int n_single_t
     } else {
       xn_holds_attn_norm = enqueue_dense_ffn(w, n, next_attn_norm);
     }
-    if (in_slice && static_cast<int>(l) + 1 == slice.end_layer && l + 1 < layers_.size()) {
+    if (slice.pauses_after(static_cast<int>(l), static_cast<int>(layers_.size()))) {
       M40_CUDA_CHECK(cudaMemcpyAsync(slice_hidden_, slice_x, slice_row_bytes, cudaMemcpyDeviceToDevice, stream_));
     }
   }
