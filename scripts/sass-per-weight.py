@@ -4,6 +4,7 @@
     cuobjdump -sass build-sm52/src/backends/cuda/CMakeFiles/m40_cuda.dir/matmul_matvec.cu.o > sass.txt
     python3 scripts/sass-per-weight.py sass.txt
 
+(matmul_streamed.cu.o likewise: its kernel's trip is a batch of 8 rows.)
 For each matvec_kernel<Decoder, tokens, rows, lanes, units per round> it takes
 the longest loop (a backward branch and its target: the loop over a row's
 units), counts its instructions (NOPs aside) and divides by the weights one
@@ -18,8 +19,12 @@ for f in funcs[1:]:
     name = f.split('\n')[0].strip()
     dem = subprocess.run(['c++filt', name], capture_output=True, text=True).stdout.strip()
     m = re.search(r'matvec_kernel<m40::cuda::mm::(\w+(?:<[^>]*>)?), (\d+), (\d+), (\d+), (\d+)(?:, (true|false))?>', dem)
+    streamed = re.search(r'streamed_matvec_kernel<m40::cuda::mm::(\w+), (?:true|false)>', dem)
+    if streamed:  # matmul_streamed.cu: one token, a batch of 8 rows a trip, one unit each
+        m = streamed
+        dec, T, R, L, U, lane_order = streamed.group(1), '1', '8', '128', '1', 'false'
     if not m: continue
-    dec, T, R, L, U, lane_order = m.groups()
+    if not streamed: dec, T, R, L, U, lane_order = m.groups()
     ins = []
     for line in f.split('\n'):
         mm = re.search(r'/\*([0-9a-f]{4,5})\*/\s*\{?\s*(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;}]*)[;}]', line)

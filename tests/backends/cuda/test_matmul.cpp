@@ -269,6 +269,68 @@ TEST_P(Matmul, FusedPartsMatchCpu) {
 // below 1.2 in magnitude for SiLU and GELU, its value below |gate| + 0.3)
 // plus a few units of rounding of the result. The float types decline
 // (false): their FFNs keep the activation kernel.
+// act(gate x) * (up x) of a gated product of `gate_rows` gate rows (and as
+// many up rows after them) against the CPU, at n tokens; false where
+// matvec_gated declines (nothing then checked).
+bool expect_gated_matches_cpu(const HostWeight& w, int64_t gate_rows, GatedActivation act, int n,
+                              cudaStream_t stream, cpu::ThreadPool& pool) {
+  const int64_t cols = w.cols;
+  SCOPED_TRACE(std::string(gguf::tensor_type_name(w.type)) + " " + std::to_string(gate_rows) + " gate rows x " +
+               std::to_string(cols) + ", " + std::to_string(n) + " tokens, " +
+               (act == GatedActivation::Silu ? "SiLU" : "GELU"));
+  DeviceBuffer<uint8_t> d_w(w.bytes.size());
+  M40_CUDA_CHECK(cudaMemcpy(d_w.get(), w.bytes.data(), w.bytes.size(), cudaMemcpyHostToDevice));
+  const DeviceWeight dw = device_view(w, d_w.get());
+  const auto x = random_activations(static_cast<size_t>(n * cols), static_cast<uint32_t>(3 + n));
+  std::vector<float> product(static_cast<size_t>(n * 2 * gate_rows));
+  cpu::matmul(host_view(w), x.data(), n, product.data(), pool);
+  DeviceBuffer<float> d_x(x.size());
+  DeviceBuffer<float> d_y(static_cast<size_t>(n * gate_rows));
+  M40_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+  M40_CUDA_CHECK(cudaMemset(d_y.get(), 0xff, d_y.bytes()));  // NaN
+  if (!matvec_gated(dw, gate_rows, act, d_x.get(), n, d_y.get(), stream)) return false;
+  M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> y(static_cast<size_t>(n * gate_rows));
+  M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
+  int failures = 0;
+  for (int t = 0; t < n; ++t) {
+    const float* gate = product.data() + static_cast<size_t>(t) * 2 * gate_rows;
+    const float* up = gate + gate_rows;
+    std::vector<float> ref(static_cast<size_t>(gate_rows));
+    if (act == GatedActivation::Silu) {
+      cpu::silu_mul(gate, up, ref.data(), gate_rows);
+    } else {
+      cpu::gelu_mul(gate, up, ref.data(), gate_rows);
+    }
+    for (int64_t r = 0; r < gate_rows; ++r) {
+      double abs_gate = 0.0, abs_up = 0.0;
+      for (int64_t c = 0; c < cols; ++c) {
+        abs_gate += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
+        abs_up += std::fabs(w.values[(gate_rows + r) * cols + c] * x[t * cols + c]);
+      }
+      const double b_gate = product_bound(abs_gate, gate[r], cols);
+      const double b_up = product_bound(abs_up, up[r], cols);
+      const double bound = 1.2 * std::fabs(up[r]) * b_gate + (std::fabs(gate[r]) + 0.3) * b_up +
+                           8.0 * kUnitRoundoff * std::fabs(ref[r]) + 1e-30;
+      const double diff = std::fabs(static_cast<double>(y[t * gate_rows + r]) - ref[r]);
+      if (!(diff <= bound) && ++failures <= 5) {
+        ADD_FAILURE() << "token " << t << " row " << r << ": GPU " << y[t * gate_rows + r] << ", CPU " << ref[r]
+                      << ", |diff| " << diff << " > bound " << bound;
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0);
+  return true;
+}
+
+// Gated products (a SwiGLU or GeGLU FFN's gate and up in one launch, the
+// activation in its epilogue): act(gate x) * (up x) against the CPU's two
+// products and its silu_mul / gelu_mul, at one and two tokens, with gate
+// row counts that leave the last block's pairs partly past the end. The
+// bound carries each product's bound through the activation (its slope is
+// below 1.2 in magnitude for SiLU and GELU, its value below |gate| + 0.3)
+// plus a few units of rounding of the result. The float types decline
+// (false): their FFNs keep the activation kernel.
 TEST_P(Matmul, GatedProductsMatchCpu) {
   const TensorType type = GetParam();
   const bool float_type = type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
@@ -278,63 +340,43 @@ TEST_P(Matmul, GatedProductsMatchCpu) {
   for (const int64_t cols : test_cols(type)) {
     for (const int64_t gate_rows : {int64_t{37}, int64_t{64}}) {
       const HostWeight w = random_weight(type, 2 * gate_rows, cols, static_cast<uint32_t>(cols + gate_rows));
-      DeviceBuffer<uint8_t> d_w(w.bytes.size());
-      M40_CUDA_CHECK(cudaMemcpy(d_w.get(), w.bytes.data(), w.bytes.size(), cudaMemcpyHostToDevice));
-      const DeviceWeight dw = device_view(w, d_w.get());
-      const model::WeightView view = host_view(w);
       for (const int n : {1, 2}) {
         for (const GatedActivation act : {GatedActivation::Silu, GatedActivation::GeluTanh}) {
-          SCOPED_TRACE(std::string(gguf::tensor_type_name(type)) + " " + std::to_string(gate_rows) + " gate rows x " +
-                       std::to_string(cols) + ", " + std::to_string(n) + " tokens, " +
-                       (act == GatedActivation::Silu ? "SiLU" : "GELU"));
-          const auto x = random_activations(static_cast<size_t>(n * cols), static_cast<uint32_t>(3 + n));
-          std::vector<float> product(static_cast<size_t>(n * 2 * gate_rows));
-          cpu::matmul(view, x.data(), n, product.data(), pool);
-          DeviceBuffer<float> d_x(x.size());
-          DeviceBuffer<float> d_y(static_cast<size_t>(n * gate_rows));
-          M40_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
-          M40_CUDA_CHECK(cudaMemset(d_y.get(), 0xff, d_y.bytes()));  // NaN
-          const bool ran = matvec_gated(dw, gate_rows, act, d_x.get(), n, d_y.get(), stream);
-          ASSERT_EQ(ran, !float_type);
-          if (!ran) continue;
-          M40_CUDA_CHECK(cudaStreamSynchronize(stream));
-          std::vector<float> y(static_cast<size_t>(n * gate_rows));
-          M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
-          int failures = 0;
-          for (int t = 0; t < n; ++t) {
-            const float* gate = product.data() + static_cast<size_t>(t) * 2 * gate_rows;
-            const float* up = gate + gate_rows;
-            std::vector<float> ref(static_cast<size_t>(gate_rows));
-            if (act == GatedActivation::Silu) {
-              cpu::silu_mul(gate, up, ref.data(), gate_rows);
-            } else {
-              cpu::gelu_mul(gate, up, ref.data(), gate_rows);
-            }
-            for (int64_t r = 0; r < gate_rows; ++r) {
-              double abs_gate = 0.0, abs_up = 0.0;
-              for (int64_t c = 0; c < cols; ++c) {
-                abs_gate += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
-                abs_up += std::fabs(w.values[(gate_rows + r) * cols + c] * x[t * cols + c]);
-              }
-              const double b_gate = product_bound(abs_gate, gate[r], cols);
-              const double b_up = product_bound(abs_up, up[r], cols);
-              const double bound = 1.2 * std::fabs(up[r]) * b_gate + (std::fabs(gate[r]) + 0.3) * b_up +
-                                   8.0 * kUnitRoundoff * std::fabs(ref[r]) + 1e-30;
-              const double diff = std::fabs(static_cast<double>(y[t * gate_rows + r]) - ref[r]);
-              if (!(diff <= bound) && ++failures <= 5) {
-                ADD_FAILURE() << "token " << t << " row " << r << ": GPU " << y[t * gate_rows + r] << ", CPU "
-                              << ref[r] << ", |diff| " << diff << " > bound " << bound;
-              }
-            }
-          }
-          EXPECT_EQ(failures, 0);
+          EXPECT_EQ(expect_gated_matches_cpu(w, gate_rows, act, n, stream, pool), !float_type);
         }
       }
       // Three tokens are not a gated kernel's: declined, nothing written.
+      DeviceBuffer<uint8_t> d_w(w.bytes.size());
+      const DeviceWeight dw = device_view(w, d_w.get());
       DeviceBuffer<float> d_x3(static_cast<size_t>(3 * cols));
       EXPECT_FALSE(matvec_gated(dw, gate_rows, GatedActivation::Silu, d_x3.get(), 3, d_x3.get(), stream));
     }
   }
+  cudaStreamDestroy(stream);
+}
+
+// One-token Q4_K products of rows up to 4096 columns stream their rows
+// (matmul_streamed.cu): each block walks several batches of 8 rows when
+// there are more than 5 blocks of them per SM, the last batch partly past
+// the end; lanes past a narrow row's units compute nothing. Plain, with a
+// residual, in fused parts, and gated.
+TEST(MatmulShapes, StreamedQ4_KProductsMatchCpu) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Checker checker;
+  const int64_t walked_rows = 8 * 12 * int64_t{current_multiprocessor_count()} + 3;
+  const HostWeight walked = random_weight(TensorType::Q4_K, walked_rows, 1024, 41);
+  checker.expect_matches_cpu(walked, 1, Kernel::Matvec);
+  checker.expect_matches_cpu(walked, 1, Kernel::Parts);
+  const HostWeight wide = random_weight(TensorType::Q4_K, 301, 4096, 43);
+  checker.expect_matches_cpu(wide, 1, Kernel::Matvec);
+  checker.expect_matches_cpu(wide, 1, Kernel::Parts);
+
+  cudaStream_t stream = nullptr;
+  M40_CUDA_CHECK(cudaStreamCreate(&stream));
+  cpu::ThreadPool pool(2);
+  const int64_t gate_rows = 4 * 12 * int64_t{current_multiprocessor_count()} + 1;
+  const HostWeight gated = random_weight(TensorType::Q4_K, 2 * gate_rows, 768, 47);
+  EXPECT_TRUE(expect_gated_matches_cpu(gated, gate_rows, GatedActivation::Silu, 1, stream, pool));
   cudaStreamDestroy(stream);
 }
 
