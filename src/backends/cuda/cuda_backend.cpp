@@ -425,24 +425,20 @@ void CudaBackend::enqueue_layers(int n_tokens, int max_positions, int n_single_t
       M40_CUDA_CHECK(cudaMemcpyAsync(slice_x, slice_hidden_, slice_row_bytes, cudaMemcpyDeviceToDevice, stream_));
       xn_holds_attn_norm = false;  // the join before normalized the other tokens only
     }
-    if (!xn_holds_attn_norm) {
-      rms_norm(x_, w.attn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
-      stage_timer_.mark(stream_, "attn_norm");
-    }
-    // Decode steps read x once for Q, K (and V) in one launch when the
-    // matrices allow it (matvec_parts), else one product each.
-    if (w.qkv_parts == 3) {
-      enqueue_xn_products(w.wqkv, {{&w.wq, q_}, {&w.wk, k_}, {&w.wv, v_}}, n);
+    // One token of Q, K and V in one streamed product folds the norm in
+    // (matvec_parts_normalized); otherwise x is normalized into xn_ first.
+    const OutputPart qkv[3] = {{q_, w.wq.rows}, {k_, w.wk.rows}, {v_, w.wv.rows}};
+    if (!xn_holds_attn_norm && n == 1 && w.qkv_parts == 3 && w.wqkv.rows > 0 &&
+        matvec_parts_normalized(w.wqkv, x_, FoldedNorm{w.attn_norm, hp.rms_eps}, qkv, 3, stream_)) {
+      stage_timer_.mark(stream_, "attn_norm_qkv");
     } else {
-      // V of another type than Q and K (Q6_K in half the layers of Q4_K_M
-      // files): the three in one launch at one token where matvec_pair can.
-      const OutputPart qk[2] = {{q_, w.wq.rows}, {k_, w.wk.rows}};
-      if (w.wqkv.rows == 0 || !matvec_pair(w.wqkv, qk, 2, w.wv, v_, xn_, n, stream_)) {
-        enqueue_xn_products(w.wqkv, {{&w.wq, q_}, {&w.wk, k_}}, n);
-        matmul(w.wv, xn_, n, v_, nullptr, stream_);
+      if (!xn_holds_attn_norm) {
+        rms_norm(x_, w.attn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
+        stage_timer_.mark(stream_, "attn_norm");
       }
+      enqueue_qkv(w, n);
+      stage_timer_.mark(stream_, "qkv");
     }
-    stage_timer_.mark(stream_, "qkv");
     if (w.bq != nullptr) {  // the loader gives all three biases or none
       const BiasTarget biases[3] = {{q_, w.bq, q_dim}, {k_, w.bk, kv_dim}, {v_, w.bv, kv_dim}};
       add_biases(biases, 3, n, stream_);
@@ -483,15 +479,18 @@ void CudaBackend::enqueue_layers(int n_tokens, int max_positions, int n_single_t
                 max_positions, attn_ + skip, stream_);
     }
     stage_timer_.mark(stream_, "attention");
-    if (!enqueue_branch_output(w.wo, attn_, w.bo, w.post_attn_norm, n, "attn_output", w.ffn_norm)) {
-      rms_norm(x_, w.ffn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
-      stage_timer_.mark(stream_, "ffn_norm");
-    }
+    // The FFN norm: done by a join that normalizes, else by the dense FFN
+    // (folded into its gate/up product where it can) or here.
+    const bool ffn_norm_due = !enqueue_branch_output(w.wo, attn_, w.bo, w.post_attn_norm, n, "attn_output", w.ffn_norm);
     const float* next_attn_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : nullptr;
     if (w.router.rows > 0) {
+      if (ffn_norm_due) {
+        rms_norm(x_, w.ffn_norm, xn_, n, n_embd, hp.rms_eps, stream_);
+        stage_timer_.mark(stream_, "ffn_norm");
+      }
       xn_holds_attn_norm = enqueue_moe_ffn(w, n, next_attn_norm);
     } else {
-      xn_holds_attn_norm = enqueue_dense_ffn(w, n, next_attn_norm);
+      xn_holds_attn_norm = enqueue_dense_ffn(w, n, next_attn_norm, ffn_norm_due);
     }
     if (slice.pauses_after(static_cast<int>(l), static_cast<int>(layers_.size()))) {
       M40_CUDA_CHECK(cudaMemcpyAsync(slice_hidden_, slice_x, slice_row_bytes, cudaMemcpyDeviceToDevice, stream_));
@@ -499,12 +498,36 @@ void CudaBackend::enqueue_layers(int n_tokens, int max_positions, int n_single_t
   }
 }
 
-bool CudaBackend::enqueue_dense_ffn(const LayerOnDevice& w, int n, const float* next_attn_norm) {
+void CudaBackend::enqueue_qkv(const LayerOnDevice& w, int n) {
+  // Decode steps read x once for Q, K (and V) in one launch when the
+  // matrices allow it (matvec_parts), else one product each.
+  if (w.qkv_parts == 3) return enqueue_xn_products(w.wqkv, {{&w.wq, q_}, {&w.wk, k_}, {&w.wv, v_}}, n);
+  // V of another type than Q and K (Q6_K in half the layers of Q4_K_M
+  // files): the three in one launch at one token where matvec_pair can.
+  const OutputPart qk[2] = {{q_, w.wq.rows}, {k_, w.wk.rows}};
+  if (w.wqkv.rows == 0 || !matvec_pair(w.wqkv, qk, 2, w.wv, v_, xn_, n, stream_)) {
+    enqueue_xn_products(w.wqkv, {{&w.wq, q_}, {&w.wk, k_}}, n);
+    matmul(w.wv, xn_, n, v_, nullptr, stream_);
+  }
+}
+
+bool CudaBackend::enqueue_dense_ffn(const LayerOnDevice& w, int n, const float* next_attn_norm, bool norm_due) {
   const auto& hp = hparams_;
   const bool gelu = hp.desc->activation == model::FfnActivation::GeluTanh;
   // One or two tokens: the activation in the gate/up product's epilogue.
   const GatedActivation act = gelu ? GatedActivation::GeluTanh : GatedActivation::Silu;
   const bool paired = w.w_gate_up.rows == 2 * w.w_gate.rows;  // back to back (rows 0 when not)
+  // One token of a streamed gate/up folds the norm in.
+  if (norm_due && paired && n == 1 &&
+      matvec_gated_normalized(w.w_gate_up, w.w_gate.rows, act, x_, FoldedNorm{w.ffn_norm, hp.rms_eps}, gate_,
+                              stream_)) {
+    stage_timer_.mark(stream_, "ffn_norm_gate_up_activation");
+    return enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n, "ffn_down", next_attn_norm);
+  }
+  if (norm_due) {
+    rms_norm(x_, w.ffn_norm, xn_, n, static_cast<int>(hp.n_embd), hp.rms_eps, stream_);
+    stage_timer_.mark(stream_, "ffn_norm");
+  }
   if (paired && matvec_gated(w.w_gate_up, w.w_gate.rows, act, xn_, n, gate_, stream_)) {
     stage_timer_.mark(stream_, "gate_up_activation");
   } else {

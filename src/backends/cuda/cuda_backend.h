@@ -129,9 +129,13 @@ class CudaBackend : public backend::Backend {
   // decode-kernel call, sized by max_single_positions (0: no split).
   void enqueue_layers(int n_tokens, int max_positions, int n_single_tokens = 0, int max_single_positions = 0,
                       const backend::LayerSlice& slice = {});
-  // A dense layer's FFN on xn_ (gate and up, activation, down joined to
-  // x_); true when the join also normalized x for the next layer.
-  bool enqueue_dense_ffn(const LayerOnDevice& w, int n, const float* next_attn_norm);
+  // A layer's Q, K and V products of xn_ into q_, k_ and v_.
+  void enqueue_qkv(const LayerOnDevice& w, int n);
+  // A dense layer's FFN (gate and up, activation, down joined to x_) on
+  // xn_, or with norm_due on x_ normalized by the FFN norm first (folded
+  // into the gate/up product where it can be); true when the join also
+  // normalized x for the next layer.
+  bool enqueue_dense_ffn(const LayerOnDevice& w, int n, const float* next_attn_norm, bool norm_due);
   // A branch's output product W h joining the residual stream x_: fused
   // into the product's epilogue for plain layers, else through xn_ (free
   // once the branch's input products have read it) and add_branch, which

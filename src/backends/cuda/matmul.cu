@@ -297,23 +297,52 @@ bool matvec_pair(const DeviceWeight& w, const OutputPart* parts, int n_parts, co
   return mm::launch_matvec_pair(a, b);
 }
 
-bool matvec_gated(const DeviceWeight& w, int64_t gate_rows, GatedActivation act, const float* x, int n_tokens,
-                  float* y, cudaStream_t stream) {
-  if (act == GatedActivation::None) throw Error("matvec_gated: no activation");
+namespace {
+
+// A gated product checked against its weight (`what` names the caller).
+mm::Product gated_product(const char* what, const DeviceWeight& w, int64_t gate_rows, GatedActivation act,
+                          const float* x, int n_tokens, float* y, cudaStream_t stream) {
+  const std::string where = std::string(what) + ": ";
+  if (act == GatedActivation::None) throw Error(where + "no activation");
   if (gate_rows <= 0 || w.rows != 2 * gate_rows || w.rows > INT_MAX) {
-    throw Error("matvec_gated: " + std::to_string(w.rows) + " rows are not a gate and an up matrix of " +
+    throw Error(where + std::to_string(w.rows) + " rows are not a gate and an up matrix of " +
                 std::to_string(gate_rows) + " rows");
   }
   // (Checked as the gate rows' product: y holds gate_rows a token.)
   DeviceWeight gate = w;
   gate.rows = gate_rows;
-  mm::Product p = checked_product("matvec_gated", gate, x, n_tokens, y, nullptr, stream);
-  if (p.n_tokens == 0) return true;
+  mm::Product p = checked_product(what, gate, x, n_tokens, y, nullptr, stream);
   p.rows = static_cast<int>(w.rows);
-  if (n_tokens > kMaxGatedTokens || p.cols == 0 || !fast_path_fits(p)) return false;
   p.parts.activation = act;
   p.parts.gate_rows = static_cast<int>(gate_rows);
+  return p;
+}
+
+// Whether a folded norm's weight can be read as x is (float4s).
+bool norm_fits(const FoldedNorm& norm) { return norm.weight != nullptr && aligned(norm.weight, 16); }
+
+}  // namespace
+
+bool matvec_gated(const DeviceWeight& w, int64_t gate_rows, GatedActivation act, const float* x, int n_tokens,
+                  float* y, cudaStream_t stream) {
+  const mm::Product p = gated_product("matvec_gated", w, gate_rows, act, x, n_tokens, y, stream);
+  if (p.n_tokens == 0) return true;
+  if (n_tokens > kMaxGatedTokens || p.cols == 0 || !fast_path_fits(p)) return false;
   return mm::launch_matvec_gated(p);
+}
+
+bool matvec_parts_normalized(const DeviceWeight& w, const float* x, const FoldedNorm& norm, const OutputPart* parts,
+                             int n_parts, cudaStream_t stream) {
+  const mm::Product p = parts_product("matvec_parts_normalized", w, x, 1, parts, n_parts, stream);
+  if (p.rows == 0 || p.cols == 0 || !fast_path_fits(p) || !norm_fits(norm)) return false;
+  return mm::launch_streamed(p, norm);
+}
+
+bool matvec_gated_normalized(const DeviceWeight& w, int64_t gate_rows, GatedActivation act, const float* x,
+                             const FoldedNorm& norm, float* y, cudaStream_t stream) {
+  const mm::Product p = gated_product("matvec_gated_normalized", w, gate_rows, act, x, 1, y, stream);
+  if (p.cols == 0 || !fast_path_fits(p) || !norm_fits(norm)) return false;
+  return mm::launch_streamed(p, norm);
 }
 
 void gemm(const DeviceWeight& w, const float* x, int n_tokens, float* y, const float* residual,

@@ -69,6 +69,23 @@ inline constexpr int kMaxGatedTokens = 2;
 bool matvec_gated(const DeviceWeight& w, int64_t gate_rows, GatedActivation act, const float* x, int n_tokens,
                   float* y, cudaStream_t stream);
 
+// A layer's RMSNorm folded into the one-token product that reads its
+// output: the product takes the residual stream x itself and multiplies W
+// by rms_norm(x) * weight, as the rms_norm kernel would have written it (no
+// norm launch, no normalized copy of x). Only the streamed kernel folds
+// (matmul_streamed.cu: one-token Q4_K products of rows up to 4096 columns,
+// whose blocks each hold the whole of x); the functions below return false,
+// having done nothing, for any other product, and the caller normalizes
+// first.
+struct FoldedNorm {
+  const float* weight = nullptr;  // [cols]
+  float eps = 0.0f;
+};
+bool matvec_parts_normalized(const DeviceWeight& w, const float* x, const FoldedNorm& norm, const OutputPart* parts,
+                             int n_parts, cudaStream_t stream);
+bool matvec_gated_normalized(const DeviceWeight& w, int64_t gate_rows, GatedActivation act, const float* x,
+                             const FoldedNorm& norm, float* y, cudaStream_t stream);
+
 // Grouped products of mixture-of-experts layers (moe.h builds the work).
 // `experts` stacks n_expert matrices of rows_per_expert rows each (a GGUF
 // *_exps tensor: expert e's rows start at row e * rows_per_expert). y holds

@@ -7,6 +7,9 @@
 // the end the block adds its warps' parts in warp order (the same order
 // every run) and stores them, plain, with the residual, into fused parts or
 // gated (act(gate) * up: a batch is 4 gate rows and their 4 up rows).
+// Since each block holds all of x, it can also apply the layer's RMSNorm to
+// x itself (FoldedNorm, matmul.h): the norm launch before the product goes,
+// at the cost of one block-wide sum and one load of the norm weight a block.
 //
 // Why: the matvec kernel gives each block one batch of rows, so each block
 // loads x again, and an H100's 4 blocks of 128 threads per SM run in
@@ -26,6 +29,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/matmul_internal.cuh"
+#include "backends/cuda/rms_scale.cuh"
 #include "backends/cuda/warp_reduce.cuh"
 
 namespace m40::cuda::mm {
@@ -56,7 +60,7 @@ template <class Dec, bool kGated>
 __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm)
     streamed_matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols,
                            const float* __restrict__ x, float* y, const float* residual, OutputParts parts,
-                           int n_batches) {
+                           int n_batches, FoldedNorm norm) {
   extern __shared__ float parked[];  // [warp][local batch][row of the batch]
   constexpr int kWarps = kStreamThreads / 32;
   constexpr int kPieces = Dec::kUnit / 8;
@@ -70,10 +74,8 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm)
   const size_t lane_bytes = static_cast<size_t>(active ? lane / Dec::kUnitsPerBlock : 0) * Dec::kBlockBytes;
   const int warp_slots = (n_batches + stride - 1) / stride * kStreamRows;
 
-  // The lane's x, and -1/2 of its sum per scale group (the fraction
-  // quants' offset: matvec's accumulate_unit_factored).
+  // The lane's x (the block's lanes hold all of it).
   float xv[kPieces][8];
-  float x_half[kGroups] = {};
 #pragma unroll
   for (int p = 0; p < kPieces; ++p) {
     float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
@@ -84,7 +86,38 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm)
     }
     xv[p][0] = a.x, xv[p][1] = a.y, xv[p][2] = a.z, xv[p][3] = a.w;
     xv[p][4] = b.x, xv[p][5] = b.y, xv[p][6] = b.z, xv[p][7] = b.w;
-    x_half[p / kPiecesPerGroup] += -0.5f * (((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w)));
+  }
+  // A folded RMSNorm: x * scale * weight, as the rms_norm kernel computes
+  // it, the sum of squares over the whole row added across the block.
+  if (norm.weight != nullptr) {
+    __shared__ float scratch[kWarpSize];
+    float squares = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) squares = fmaf(xv[p][j], xv[p][j], squares);
+    }
+    const float scale = rms_scale(block_sum(squares, scratch), cols, norm.eps);
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p) {
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+      if (active) {
+        const float* src = norm.weight + Dec::kUnit * lane + Dec::piece_offset(unit, p);
+        a = __ldg(reinterpret_cast<const float4*>(src));
+        b = __ldg(reinterpret_cast<const float4*>(src + 4));
+      }
+      const float g[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) xv[p][j] = xv[p][j] * scale * g[j];
+    }
+  }
+  // -1/2 of the lane's sum of x per scale group (the fraction quants'
+  // offset: matvec's accumulate_unit_factored).
+  float x_half[kGroups] = {};
+#pragma unroll
+  for (int p = 0; p < kPieces; ++p) {
+    x_half[p / kPiecesPerGroup] += -0.5f * (((xv[p][0] + xv[p][1]) + (xv[p][2] + xv[p][3])) +
+                                            ((xv[p][4] + xv[p][5]) + (xv[p][6] + xv[p][7])));
   }
 
   // The lane's bytes of the batch's first row, stepped by a constant; rows
@@ -169,7 +202,7 @@ int streamed_blocks_per_sm() {
 
 }  // namespace
 
-bool launch_streamed(const Product& p) {
+bool launch_streamed(const Product& p, const FoldedNorm& norm) {
   if (p.type != gguf::TensorType::Q4_K || p.n_tokens != 1 || p.grouping.items != nullptr) return false;
   if (p.cols % StreamedDecoder::kUnit != 0 || p.cols / StreamedDecoder::kUnit > kStreamThreads) return false;
   const bool gated = p.parts.activation != GatedActivation::None;
@@ -186,7 +219,7 @@ bool launch_streamed(const Product& p) {
   if (shared_bytes > kMaxParkedBytes) return false;
   auto* kernel = gated ? streamed_matvec_kernel<StreamedDecoder, true> : streamed_matvec_kernel<StreamedDecoder, false>;
   kernel<<<grid, kStreamThreads, shared_bytes, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x, p.y, p.residual,
-                                                          p.parts, n_batches);
+                                                          p.parts, n_batches, norm);
   M40_CUDA_CHECK_LAUNCH();
   return true;
 }

@@ -269,26 +269,53 @@ TEST_P(Matmul, FusedPartsMatchCpu) {
 // below 1.2 in magnitude for SiLU and GELU, its value below |gate| + 0.3)
 // plus a few units of rounding of the result. The float types decline
 // (false): their FFNs keep the activation kernel.
+constexpr float kNormEps = 1e-5f;
+
+// A folded norm's input (matvec_*_normalized): x and a norm weight of
+// cols values, on the host and the device; `normalized` is cpu::rms_norm's
+// x * scale * weight, what the CPU side multiplies.
+struct NormInput {
+  std::vector<float> x, weight, normalized;
+  DeviceBuffer<float> d_x, d_weight;
+  explicit NormInput(int64_t cols)
+      : x(random_activations(static_cast<size_t>(cols), 61)),
+        weight(random_activations(static_cast<size_t>(cols), 67)),
+        normalized(static_cast<size_t>(cols)),
+        d_x(static_cast<size_t>(cols)),
+        d_weight(static_cast<size_t>(cols)) {
+    cpu::rms_norm(x.data(), weight.data(), normalized.data(), cols, kNormEps);
+    M40_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    M40_CUDA_CHECK(cudaMemcpy(d_weight.get(), weight.data(), weight.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  FoldedNorm folded() const { return FoldedNorm{d_weight.get(), kNormEps}; }
+};
+
 // act(gate x) * (up x) of a gated product of `gate_rows` gate rows (and as
 // many up rows after them) against the CPU, at n tokens; false where
-// matvec_gated declines (nothing then checked).
+// matvec_gated declines (nothing then checked). With `norm` (one token),
+// the product folds the norm in (matvec_gated_normalized) and the CPU
+// multiplies norm->normalized.
 bool expect_gated_matches_cpu(const HostWeight& w, int64_t gate_rows, GatedActivation act, int n,
-                              cudaStream_t stream, cpu::ThreadPool& pool) {
+                              cudaStream_t stream, cpu::ThreadPool& pool, const NormInput* norm = nullptr) {
   const int64_t cols = w.cols;
   SCOPED_TRACE(std::string(gguf::tensor_type_name(w.type)) + " " + std::to_string(gate_rows) + " gate rows x " +
                std::to_string(cols) + ", " + std::to_string(n) + " tokens, " +
-               (act == GatedActivation::Silu ? "SiLU" : "GELU"));
+               (act == GatedActivation::Silu ? "SiLU" : "GELU") + (norm != nullptr ? ", folded norm" : ""));
   DeviceBuffer<uint8_t> d_w(w.bytes.size());
   M40_CUDA_CHECK(cudaMemcpy(d_w.get(), w.bytes.data(), w.bytes.size(), cudaMemcpyHostToDevice));
   const DeviceWeight dw = device_view(w, d_w.get());
-  const auto x = random_activations(static_cast<size_t>(n * cols), static_cast<uint32_t>(3 + n));
+  const auto x = norm != nullptr ? norm->normalized
+                                 : random_activations(static_cast<size_t>(n * cols), static_cast<uint32_t>(3 + n));
   std::vector<float> product(static_cast<size_t>(n * 2 * gate_rows));
   cpu::matmul(host_view(w), x.data(), n, product.data(), pool);
   DeviceBuffer<float> d_x(x.size());
   DeviceBuffer<float> d_y(static_cast<size_t>(n * gate_rows));
   M40_CUDA_CHECK(cudaMemcpy(d_x.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
   M40_CUDA_CHECK(cudaMemset(d_y.get(), 0xff, d_y.bytes()));  // NaN
-  if (!matvec_gated(dw, gate_rows, act, d_x.get(), n, d_y.get(), stream)) return false;
+  const bool ran = norm != nullptr
+                       ? matvec_gated_normalized(dw, gate_rows, act, norm->d_x.get(), norm->folded(), d_y.get(), stream)
+                       : matvec_gated(dw, gate_rows, act, d_x.get(), n, d_y.get(), stream);
+  if (!ran) return false;
   M40_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<float> y(static_cast<size_t>(n * gate_rows));
   M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
@@ -308,8 +335,10 @@ bool expect_gated_matches_cpu(const HostWeight& w, int64_t gate_rows, GatedActiv
         abs_gate += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
         abs_up += std::fabs(w.values[(gate_rows + r) * cols + c] * x[t * cols + c]);
       }
-      const double b_gate = product_bound(abs_gate, gate[r], cols);
-      const double b_up = product_bound(abs_up, up[r], cols);
+      // A folded norm's x differs from the CPU's by a few units of rounding.
+      const double x_rounding = norm != nullptr ? 4.0 * kUnitRoundoff : 0.0;
+      const double b_gate = product_bound(abs_gate, gate[r], cols) + x_rounding * abs_gate;
+      const double b_up = product_bound(abs_up, up[r], cols) + x_rounding * abs_up;
       const double bound = 1.2 * std::fabs(up[r]) * b_gate + (std::fabs(gate[r]) + 0.3) * b_up +
                            8.0 * kUnitRoundoff * std::fabs(ref[r]) + 1e-30;
       const double diff = std::fabs(static_cast<double>(y[t * gate_rows + r]) - ref[r]);
@@ -377,6 +406,69 @@ TEST(MatmulShapes, StreamedQ4_KProductsMatchCpu) {
   const int64_t gate_rows = 4 * 12 * int64_t{current_multiprocessor_count()} + 1;
   const HostWeight gated = random_weight(TensorType::Q4_K, 2 * gate_rows, 768, 47);
   EXPECT_TRUE(expect_gated_matches_cpu(gated, gate_rows, GatedActivation::Silu, 1, stream, pool));
+  cudaStreamDestroy(stream);
+}
+
+// A layer's RMSNorm folded into a streamed product (matvec_parts_normalized,
+// matvec_gated_normalized): the product of rms_norm(x) * weight, as the CPU
+// computes it from x. Products the streamed kernel does not take (two
+// tokens are not asked; Q6_K, or rows wider than 4096) decline.
+TEST(MatmulShapes, FoldedNormMatchesCpu) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  cudaStream_t stream = nullptr;
+  M40_CUDA_CHECK(cudaStreamCreate(&stream));
+  cpu::ThreadPool pool(2);
+  for (const int64_t cols : {int64_t{1024}, int64_t{4096}}) {
+    SCOPED_TRACE(std::to_string(cols) + " columns");
+    const NormInput norm(cols);
+    // Fused parts, as a layer's Q, K and V.
+    const int64_t rows = 8 * 12 * int64_t{current_multiprocessor_count()} + 5;
+    const HostWeight w = random_weight(TensorType::Q4_K, rows, cols, static_cast<uint32_t>(cols + 1));
+    std::vector<float> product(static_cast<size_t>(rows));
+    cpu::matmul(host_view(w), norm.normalized.data(), 1, product.data(), pool);
+    DeviceBuffer<uint8_t> d_w(w.bytes.size());
+    M40_CUDA_CHECK(cudaMemcpy(d_w.get(), w.bytes.data(), w.bytes.size(), cudaMemcpyHostToDevice));
+    const int64_t part_rows[3] = {rows / 2, rows / 4, rows - rows / 2 - rows / 4};
+    DeviceBuffer<float> d_y(static_cast<size_t>(rows));
+    M40_CUDA_CHECK(cudaMemset(d_y.get(), 0xff, d_y.bytes()));  // NaN
+    const OutputPart parts[3] = {{d_y.get(), part_rows[0]},
+                                 {d_y.get() + part_rows[0], part_rows[1]},
+                                 {d_y.get() + part_rows[0] + part_rows[1], part_rows[2]}};
+    ASSERT_TRUE(matvec_parts_normalized(device_view(w, d_w.get()), norm.d_x.get(), norm.folded(), parts, 3, stream));
+    M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> y(static_cast<size_t>(rows));
+    M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
+    int failures = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      double abs_sum = 0.0;
+      for (int64_t c = 0; c < cols; ++c) abs_sum += std::fabs(w.values[r * cols + c] * norm.normalized[c]);
+      const double bound = product_bound(abs_sum, product[r], cols) + 4.0 * kUnitRoundoff * abs_sum;
+      const double diff = std::fabs(static_cast<double>(y[r]) - product[r]);
+      if (!(diff <= bound) && ++failures <= 5) {
+        ADD_FAILURE() << "row " << r << ": GPU " << y[r] << ", CPU " << product[r] << ", |diff| " << diff
+                      << " > bound " << bound;
+      }
+    }
+    EXPECT_EQ(failures, 0);
+
+    // Gated, as an FFN's gate and up.
+    const int64_t gate_rows = 4 * 12 * int64_t{current_multiprocessor_count()} + 3;
+    const HostWeight gated = random_weight(TensorType::Q4_K, 2 * gate_rows, cols, static_cast<uint32_t>(cols + 2));
+    EXPECT_TRUE(expect_gated_matches_cpu(gated, gate_rows, GatedActivation::Silu, 1, stream, pool, &norm));
+
+    // A Q6_K product does not fold.
+    const HostWeight q6 = random_weight(TensorType::Q6_K, 37, cols, 5);
+    DeviceBuffer<uint8_t> d_q6(q6.bytes.size());
+    const OutputPart whole[1] = {{d_y.get(), 37}};
+    EXPECT_FALSE(matvec_parts_normalized(device_view(q6, d_q6.get()), norm.d_x.get(), norm.folded(), whole, 1, stream));
+  }
+  // Rows wider than the streamed kernel's 4096 columns do not fold.
+  const NormInput wide_norm(4352);
+  const HostWeight wide = random_weight(TensorType::Q4_K, 16, 4352, 9);
+  DeviceBuffer<uint8_t> d_wide(wide.bytes.size());
+  DeviceBuffer<float> d_y(16);
+  EXPECT_FALSE(matvec_gated_normalized(device_view(wide, d_wide.get()), 8, GatedActivation::Silu, wide_norm.d_x.get(),
+                                       wide_norm.folded(), d_y.get(), stream));
   cudaStreamDestroy(stream);
 }
 
