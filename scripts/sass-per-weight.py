@@ -19,10 +19,11 @@ for f in funcs[1:]:
     name = f.split('\n')[0].strip()
     dem = subprocess.run(['c++filt', name], capture_output=True, text=True).stdout.strip()
     m = re.search(r'matvec_kernel<m40::cuda::mm::(\w+(?:<[^>]*>)?), (\d+), (\d+), (\d+), (\d+)(?:, (true|false))?>', dem)
-    streamed = re.search(r'streamed_matvec_kernel<m40::cuda::mm::(\w+), (?:true|false)>', dem)
-    if streamed:  # matmul_streamed.cu: one token, a batch of 8 rows a trip, one unit each
+    streamed = re.search(r'streamed_matvec_kernel<m40::cuda::mm::(\w+), (?:true|false), (\d)>', dem)
+    if streamed:  # matmul_streamed.cu: a batch of 8 / tokens rows a trip, one unit each
         m = streamed
-        dec, T, R, L, U, lane_order = streamed.group(1), '1', '8', '128', '1', 'false'
+        dec, T, L, U, lane_order = streamed.group(1), streamed.group(2), '128', '1', 'false'
+        R = str(8 // int(T))
     if not m: continue
     if not streamed: dec, T, R, L, U, lane_order = m.groups()
     ins = []

@@ -384,28 +384,29 @@ TEST_P(Matmul, GatedProductsMatchCpu) {
   cudaStreamDestroy(stream);
 }
 
-// One-token Q4_K products of rows up to 4096 columns stream their rows
-// (matmul_streamed.cu): each block walks several batches of 8 rows when
-// there are more than 5 blocks of them per SM, the last batch partly past
-// the end; lanes past a narrow row's units compute nothing. Plain, with a
-// residual, in fused parts, and gated.
+// One- and two-token Q4_K products of rows up to 4096 columns stream their
+// rows (matmul_streamed.cu): each block walks several batches of 8 (4) rows
+// when there are more than 5 (4) blocks of them per SM, the last batch
+// partly past the end; lanes past a narrow row's units compute nothing.
+// Plain, with a residual, in fused parts, and gated.
 TEST(MatmulShapes, StreamedQ4_KProductsMatchCpu) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   Checker checker;
-  const int64_t walked_rows = 8 * 12 * int64_t{current_multiprocessor_count()} + 3;
-  const HostWeight walked = random_weight(TensorType::Q4_K, walked_rows, 1024, 41);
-  checker.expect_matches_cpu(walked, 1, Kernel::Matvec);
-  checker.expect_matches_cpu(walked, 1, Kernel::Parts);
-  const HostWeight wide = random_weight(TensorType::Q4_K, 301, 4096, 43);
-  checker.expect_matches_cpu(wide, 1, Kernel::Matvec);
-  checker.expect_matches_cpu(wide, 1, Kernel::Parts);
-
   cudaStream_t stream = nullptr;
   M40_CUDA_CHECK(cudaStreamCreate(&stream));
   cpu::ThreadPool pool(2);
+  const int64_t walked_rows = 8 * 12 * int64_t{current_multiprocessor_count()} + 3;
+  const HostWeight walked = random_weight(TensorType::Q4_K, walked_rows, 1024, 41);
+  const HostWeight wide = random_weight(TensorType::Q4_K, 301, 4096, 43);
   const int64_t gate_rows = 4 * 12 * int64_t{current_multiprocessor_count()} + 1;
   const HostWeight gated = random_weight(TensorType::Q4_K, 2 * gate_rows, 768, 47);
-  EXPECT_TRUE(expect_gated_matches_cpu(gated, gate_rows, GatedActivation::Silu, 1, stream, pool));
+  for (const int n : {1, 2}) {
+    checker.expect_matches_cpu(walked, n, Kernel::Matvec);
+    checker.expect_matches_cpu(walked, n, Kernel::Parts);
+    checker.expect_matches_cpu(wide, n, Kernel::Matvec);
+    checker.expect_matches_cpu(wide, n, Kernel::Parts);
+    EXPECT_TRUE(expect_gated_matches_cpu(gated, gate_rows, GatedActivation::Silu, n, stream, pool));
+  }
   cudaStreamDestroy(stream);
 }
 
