@@ -1,26 +1,28 @@
-// One-token Q4_K decode products of rows up to 4096 columns, streamed: a
-// block's lanes each own one wide unit (32 values, matmul_decode_wide.cuh)
-// of every row, load that unit's x into registers once, and then walk a
-// batch of 8 rows after another (grid-stride over the product's batches,
-// as many blocks as the GPU holds at once). Each batch's sums are reduced
-// within the warp (transposing butterfly) and parked in shared memory; at
-// the end the block adds its warps' parts in warp order (the same order
-// every run) and stores them, plain, with the residual, into fused parts or
-// gated (act(gate) * up: a batch is 4 gate rows and their 4 up rows).
-// Since each block holds all of x, it can also apply the layer's RMSNorm to
-// x itself (FoldedNorm, matmul.h): the norm launch before the product goes,
-// at the cost of one block-wide sum and one load of the norm weight a block.
+// Decode products of rows up to 4096 columns, streamed (Q4_K at one and two
+// tokens, Q8_0 at one): a block's lanes each own one unit of every row (Q4_K's
+// wide units of 32 values, matmul_decode_wide.cuh, or Q8_0's 16), load that
+// unit's x into registers once, and then walk a batch of 8 sums (8 rows of
+// one token, 4 of two) after another (grid-stride over the product's
+// batches, as many blocks as the GPU holds at once). Each batch's sums are
+// reduced within the warp (transposing butterfly) and parked in shared
+// memory; at the end the block adds its warps' parts in warp order (the
+// same order every run) and stores them, plain, with the residual, into
+// fused parts or gated (act(gate) * up: half a batch's rows are gate rows,
+// half their up rows). Since each block holds all of x, it can also apply
+// the layer's RMSNorm to x itself (FoldedNorm, matmul.h): the norm launch
+// before the product goes, at the cost of one block-wide sum and one load
+// of the norm weight a block.
 //
 // Why: the matvec kernel gives each block one batch of rows, so each block
 // loads x again, and an H100's 4 blocks of 128 threads per SM run in
 // lockstep waves (all load, then all compute, then the wave's tail). Kept
 // resident, the blocks drift apart and one's loads overlap another's math.
 // On an H100 (2026-11-28, CUDA 11.8 sm_90 code from the sm_52 PTX, in a
-// graph, us, matvec kernel -> streamed): gate/up 22016x4096 gated 26.0 ->
-// 22.1, 12288x4096 16.2 -> 14.1, 11008x4096 15.1 -> 12.9, 4096x4096 7.3 ->
-// 6.8. The same blocks given one batch each (x in registers, no walk)
-// gained nothing, and the 11008-column down product (344 lanes a block)
-// nothing either, so wider rows keep the matvec kernel; so do two tokens.
+// graph, us, Q4_K, matvec kernel -> streamed): gate/up 22016x4096 gated
+// 26.0 -> 22.1, 12288x4096 16.2 -> 14.1, 11008x4096 15.1 -> 12.9, 4096x4096
+// 7.3 -> 6.8. The same blocks given one batch each (x in registers, no
+// walk) gained nothing, and the 11008-column down product (344 lanes a
+// block) nothing either, so wider rows keep the matvec kernel.
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
@@ -36,18 +38,28 @@ namespace m40::cuda::mm {
 
 namespace {
 
-using StreamedDecoder = DecodeQ4_KWide;
-constexpr int kStreamThreads = 128;  // one lane per unit: rows of up to 128 units
+// Rows of up to 4096 columns, one lane per unit: 128 lanes of Q4_K's wide
+// units (32 values), 256 of Q8_0's (16).
+constexpr int kMaxStreamedCols = 4096;
+template <class Dec>
+__host__ __device__ constexpr int streamed_threads() {
+  return kMaxStreamedCols / Dec::kUnit;
+}
 // Sums a lane keeps per batch: 8 rows of one token or 4 rows of two; a
 // power of two (the butterfly).
 constexpr int kStreamSums = 8;
-// One token: 5 blocks of 128 threads per SM, a cap of 102 registers, which
-// CUDA 11.8 meets without spills for sm_52 (95) and sm_90 (93). (4 blocks:
-// equal on the large products, 0.2 us faster on 4096x4096; 6 rows and 16
-// rows, or loading the next batch before computing this one (double the
-// raw registers, 3 blocks per SM), were slower on an H100.) Two tokens
-// hold twice the x: 4 blocks, 128 registers.
-__host__ __device__ constexpr int streamed_blocks_per_sm_cap(int tokens) { return tokens == 1 ? 5 : 4; }
+// Q4_K, one token: 5 blocks of 128 threads per SM, a cap of 102 registers,
+// which CUDA 11.8 meets without spills for sm_52 (95) and sm_90 (93). (4
+// blocks: equal on the large products, 0.2 us faster on 4096x4096; 6 rows
+// and 16 rows, or loading the next batch before computing this one (double
+// the raw registers, 3 blocks per SM), were slower on an H100.) Two tokens
+// hold twice the x: 4 blocks, 128 registers. Q8_0 (256 threads, a 16-value
+// unit's x): 3 blocks (85 registers; 80 used).
+template <class Dec>
+__host__ __device__ constexpr int streamed_blocks_per_sm_cap(int tokens) {
+  if constexpr (streamed_threads<Dec>() == 128) return tokens == 1 ? 5 : 4;
+  return tokens == 1 ? 3 : 2;
+}
 // Shared memory for the parked sums past which a product keeps the matvec
 // kernel (a vocabulary-sized Q4_K output head on a GPU of few SMs).
 constexpr size_t kMaxParkedBytes = 32 * 1024;
@@ -62,17 +74,17 @@ __device__ __forceinline__ void for_each_index(F&& f, std::integer_sequence<int,
 // rows (parts.gate_rows apart), and the block stores act(gate) * up. A
 // folded norm (one token only) normalizes x first.
 template <class Dec, bool kGated, int kTokens>
-__global__ void __launch_bounds__(kStreamThreads, streamed_blocks_per_sm_cap(kTokens))
+__global__ void __launch_bounds__(streamed_threads<Dec>(), streamed_blocks_per_sm_cap<Dec>(kTokens))
     streamed_matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int rows, int cols,
                            const float* __restrict__ x, float* y, const float* residual, OutputParts parts,
                            int n_batches, FoldedNorm norm) {
   extern __shared__ float parked[];  // [warp][local batch][sum of the batch: token t, row r at t * kRows + r]
+  constexpr int kStreamThreads = streamed_threads<Dec>();
   constexpr int kWarps = kStreamThreads / 32;
   constexpr int kRows = kStreamSums / kTokens;
   constexpr int kPieces = Dec::kUnit / 8;
   constexpr int kGroups = Dec::kScaleGroups;
   constexpr int kPiecesPerGroup = kPieces / kGroups;
-  static_assert(Dec::kFractionQuants && HasPieceOffset<Dec>::value, "a wide decoder of fraction quants");
   static_assert(kRows % 2 == 0, "gated batches pair gate and up rows");
   const int lane = static_cast<int>(threadIdx.x);
   const int stride = static_cast<int>(gridDim.x);
@@ -89,7 +101,7 @@ __global__ void __launch_bounds__(kStreamThreads, streamed_blocks_per_sm_cap(kTo
     for (int p = 0; p < kPieces; ++p) {
       float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
       if (active) {
-        const float* src = x + static_cast<size_t>(t) * cols + Dec::kUnit * lane + Dec::piece_offset(unit, p);
+        const float* src = x + static_cast<size_t>(t) * cols + Dec::kUnit * lane + piece_offset<Dec>(unit, p);
         a = __ldg(reinterpret_cast<const float4*>(src));
         b = __ldg(reinterpret_cast<const float4*>(src + 4));
       }
@@ -113,7 +125,7 @@ __global__ void __launch_bounds__(kStreamThreads, streamed_blocks_per_sm_cap(kTo
       for (int p = 0; p < kPieces; ++p) {
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
         if (active) {
-          const float* src = norm.weight + Dec::kUnit * lane + Dec::piece_offset(unit, p);
+          const float* src = norm.weight + Dec::kUnit * lane + piece_offset<Dec>(unit, p);
           a = __ldg(reinterpret_cast<const float4*>(src));
           b = __ldg(reinterpret_cast<const float4*>(src + 4));
         }
@@ -124,10 +136,11 @@ __global__ void __launch_bounds__(kStreamThreads, streamed_blocks_per_sm_cap(kTo
     }
   }
   // -1/2 of the lane's sum of x per token and scale group (the fraction
-  // quants' offset: matvec's accumulate_unit_factored).
+  // quants' offset: matvec's accumulate_unit_factored; unused for signed
+  // quants).
   float x_half[kTokens][kGroups] = {};
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) {
+  for (int t = 0; t < (Dec::kFractionQuants ? kTokens : 0); ++t) {
 #pragma unroll
     for (int p = 0; p < kPieces; ++p) {
       const float(&v)[8] = xv[t][p];
@@ -174,12 +187,17 @@ __global__ void __launch_bounds__(kStreamThreads, streamed_blocks_per_sm_cap(kTo
                   }
                 },
                 std::make_integer_sequence<int, kPiecesPerGroup>{});
-            // F scale (dot - sum / 2) - offset * sum, as in matvec.
+            // Fraction quants: F scale (dot - sum / 2) - offset * sum, as
+            // in matvec; signed quants: scale * dot.
             const float2 scale = Dec::unit_scale(raw[i], unit, kGroup);
 #pragma unroll
             for (int t = 0; t < kTokens; ++t) {
-              acc[t] = fmaf(FractionScale<Dec>::value * scale.x, dot[t] + x_half[t][kGroup], acc[t]);
-              acc[t] = fmaf(2.0f * scale.y, x_half[t][kGroup], acc[t]);
+              if constexpr (Dec::kFractionQuants) {
+                acc[t] = fmaf(FractionScale<Dec>::value * scale.x, dot[t] + x_half[t][kGroup], acc[t]);
+                acc[t] = fmaf(2.0f * scale.y, x_half[t][kGroup], acc[t]);
+              } else {
+                acc[t] = fmaf(scale.x, dot[t], acc[t]);
+              }
             }
           },
           std::make_integer_sequence<int, kGroups>{});
@@ -217,43 +235,55 @@ __global__ void __launch_bounds__(kStreamThreads, streamed_blocks_per_sm_cap(kTo
   }
 }
 
-template <int kTokens>
+template <class Dec, int kTokens>
 int streamed_blocks_per_sm() {
   int blocks = 0;
   M40_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks, streamed_matvec_kernel<StreamedDecoder, false, kTokens>, kStreamThreads, 0));
+      &blocks, streamed_matvec_kernel<Dec, false, kTokens>, streamed_threads<Dec>(), 0));
   return blocks;
 }
 
-template <int kTokens>
+template <class Dec, int kTokens>
 bool launch_streamed_tokens(const Product& p, const FoldedNorm& norm) {
   constexpr int kRows = kStreamSums / kTokens;
+  constexpr int kThreads = streamed_threads<Dec>();
   const bool gated = p.parts.activation != GatedActivation::None;
   const int n_batches = gated ? (p.parts.gate_rows + kRows / 2 - 1) / (kRows / 2) : (p.rows + kRows - 1) / kRows;
   // As many blocks as fit at once (fewer where the product has fewer
   // batches). Their parked sums take shared memory by the batches each
   // walks; where that lowers the blocks that fit, the rest wait their turn.
   static std::atomic<int> known_blocks_per_sm[64];
-  const int per_sm = once_per_device(known_blocks_per_sm, [](int) { return streamed_blocks_per_sm<kTokens>(); });
+  const int per_sm = once_per_device(known_blocks_per_sm, [](int) { return streamed_blocks_per_sm<Dec, kTokens>(); });
   const int grid = std::min(n_batches, current_multiprocessor_count() * per_sm);
   const size_t shared_bytes =
-      static_cast<size_t>((n_batches + grid - 1) / grid) * kStreamSums * (kStreamThreads / 32) * sizeof(float);
+      static_cast<size_t>((n_batches + grid - 1) / grid) * kStreamSums * (kThreads / 32) * sizeof(float);
   if (shared_bytes > kMaxParkedBytes) return false;
-  auto* kernel = gated ? streamed_matvec_kernel<StreamedDecoder, true, kTokens>
-                       : streamed_matvec_kernel<StreamedDecoder, false, kTokens>;
-  kernel<<<grid, kStreamThreads, shared_bytes, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x, p.y, p.residual,
-                                                          p.parts, n_batches, norm);
+  auto* kernel = gated ? streamed_matvec_kernel<Dec, true, kTokens> : streamed_matvec_kernel<Dec, false, kTokens>;
+  kernel<<<grid, kThreads, shared_bytes, p.stream>>>(p.w, p.row_bytes, p.rows, p.cols, p.x, p.y, p.residual, p.parts,
+                                                    n_batches, norm);
   M40_CUDA_CHECK_LAUNCH();
   return true;
+}
+
+// kTwoTokens: two-token products too. Q8_0's were slower than the matvec
+// kernel's (H100, 7B Q8_0 tg64@2 578-581 -> 575-577 t/s; one token 305-306
+// -> 312-314 with the folded norms), so Q8_0 streams one token only.
+template <class Dec, bool kTwoTokens>
+bool launch_streamed_with(const Product& p, const FoldedNorm& norm) {
+  if (p.cols % Dec::kUnit != 0 || p.cols > kMaxStreamedCols) return false;
+  if (p.n_tokens == 1) return launch_streamed_tokens<Dec, 1>(p, norm);
+  if constexpr (kTwoTokens) {
+    if (p.n_tokens == 2 && norm.weight == nullptr) return launch_streamed_tokens<Dec, 2>(p, norm);
+  }
+  return false;
 }
 
 }  // namespace
 
 bool launch_streamed(const Product& p, const FoldedNorm& norm) {
-  if (p.type != gguf::TensorType::Q4_K || p.grouping.items != nullptr) return false;
-  if (p.cols % StreamedDecoder::kUnit != 0 || p.cols / StreamedDecoder::kUnit > kStreamThreads) return false;
-  if (p.n_tokens == 1) return launch_streamed_tokens<1>(p, norm);
-  if (p.n_tokens == 2 && norm.weight == nullptr) return launch_streamed_tokens<2>(p, norm);
+  if (p.grouping.items != nullptr) return false;
+  if (p.type == gguf::TensorType::Q4_K) return launch_streamed_with<DecodeQ4_KWide, true>(p, norm);
+  if (p.type == gguf::TensorType::Q8_0) return launch_streamed_with<DecodeQ8_0, false>(p, norm);
   return false;
 }
 

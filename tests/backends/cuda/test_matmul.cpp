@@ -384,84 +384,90 @@ TEST_P(Matmul, GatedProductsMatchCpu) {
   cudaStreamDestroy(stream);
 }
 
-// One- and two-token Q4_K products of rows up to 4096 columns stream their
-// rows (matmul_streamed.cu): each block walks several batches of 8 (4) rows
-// when there are more than 5 (4) blocks of them per SM, the last batch
-// partly past the end; lanes past a narrow row's units compute nothing.
-// Plain, with a residual, in fused parts, and gated.
-TEST(MatmulShapes, StreamedQ4_KProductsMatchCpu) {
+// One- and two-token Q4_K and one-token Q8_0 products of rows up to 4096
+// columns stream their rows (matmul_streamed.cu; two Q8_0 tokens take the
+// matvec kernel, checked here as well): each block walks several batches
+// of 8 (4) rows when there are more than 5 (2 to 4) blocks of them per SM,
+// the last batch partly past the end; lanes past a narrow row's units
+// compute nothing. Plain, with a residual, in fused parts, and gated.
+TEST(MatmulShapes, StreamedProductsMatchCpu) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   Checker checker;
   cudaStream_t stream = nullptr;
   M40_CUDA_CHECK(cudaStreamCreate(&stream));
   cpu::ThreadPool pool(2);
-  const int64_t walked_rows = 8 * 12 * int64_t{current_multiprocessor_count()} + 3;
-  const HostWeight walked = random_weight(TensorType::Q4_K, walked_rows, 1024, 41);
-  const HostWeight wide = random_weight(TensorType::Q4_K, 301, 4096, 43);
-  const int64_t gate_rows = 4 * 12 * int64_t{current_multiprocessor_count()} + 1;
-  const HostWeight gated = random_weight(TensorType::Q4_K, 2 * gate_rows, 768, 47);
-  for (const int n : {1, 2}) {
-    checker.expect_matches_cpu(walked, n, Kernel::Matvec);
-    checker.expect_matches_cpu(walked, n, Kernel::Parts);
-    checker.expect_matches_cpu(wide, n, Kernel::Matvec);
-    checker.expect_matches_cpu(wide, n, Kernel::Parts);
-    EXPECT_TRUE(expect_gated_matches_cpu(gated, gate_rows, GatedActivation::Silu, n, stream, pool));
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q8_0}) {
+    const int64_t walked_rows = 8 * 12 * int64_t{current_multiprocessor_count()} + 3;
+    const HostWeight walked = random_weight(type, walked_rows, 1024, 41);
+    const HostWeight wide = random_weight(type, 301, 4096, 43);
+    const int64_t gate_rows = 4 * 12 * int64_t{current_multiprocessor_count()} + 1;
+    const HostWeight gated = random_weight(type, 2 * gate_rows, 768, 47);
+    for (const int n : {1, 2}) {
+      checker.expect_matches_cpu(walked, n, Kernel::Matvec);
+      checker.expect_matches_cpu(walked, n, Kernel::Parts);
+      checker.expect_matches_cpu(wide, n, Kernel::Matvec);
+      checker.expect_matches_cpu(wide, n, Kernel::Parts);
+      EXPECT_TRUE(expect_gated_matches_cpu(gated, gate_rows, GatedActivation::Silu, n, stream, pool));
+    }
   }
   cudaStreamDestroy(stream);
 }
 
 // A layer's RMSNorm folded into a streamed product (matvec_parts_normalized,
-// matvec_gated_normalized): the product of rms_norm(x) * weight, as the CPU
-// computes it from x. Products the streamed kernel does not take (two
+// matvec_gated_normalized; Q4_K and Q8_0): the product of rms_norm(x) *
+// weight, as the CPU computes it from x. Products the streamed kernel does not take (two
 // tokens are not asked; Q6_K, or rows wider than 4096) decline.
 TEST(MatmulShapes, FoldedNormMatchesCpu) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   cudaStream_t stream = nullptr;
   M40_CUDA_CHECK(cudaStreamCreate(&stream));
   cpu::ThreadPool pool(2);
-  for (const int64_t cols : {int64_t{1024}, int64_t{4096}}) {
-    SCOPED_TRACE(std::to_string(cols) + " columns");
-    const NormInput norm(cols);
-    // Fused parts, as a layer's Q, K and V.
-    const int64_t rows = 8 * 12 * int64_t{current_multiprocessor_count()} + 5;
-    const HostWeight w = random_weight(TensorType::Q4_K, rows, cols, static_cast<uint32_t>(cols + 1));
-    std::vector<float> product(static_cast<size_t>(rows));
-    cpu::matmul(host_view(w), norm.normalized.data(), 1, product.data(), pool);
-    DeviceBuffer<uint8_t> d_w(w.bytes.size());
-    M40_CUDA_CHECK(cudaMemcpy(d_w.get(), w.bytes.data(), w.bytes.size(), cudaMemcpyHostToDevice));
-    const int64_t part_rows[3] = {rows / 2, rows / 4, rows - rows / 2 - rows / 4};
-    DeviceBuffer<float> d_y(static_cast<size_t>(rows));
-    M40_CUDA_CHECK(cudaMemset(d_y.get(), 0xff, d_y.bytes()));  // NaN
-    const OutputPart parts[3] = {{d_y.get(), part_rows[0]},
-                                 {d_y.get() + part_rows[0], part_rows[1]},
-                                 {d_y.get() + part_rows[0] + part_rows[1], part_rows[2]}};
-    ASSERT_TRUE(matvec_parts_normalized(device_view(w, d_w.get()), norm.d_x.get(), norm.folded(), parts, 3, stream));
-    M40_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<float> y(static_cast<size_t>(rows));
-    M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
-    int failures = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      double abs_sum = 0.0;
-      for (int64_t c = 0; c < cols; ++c) abs_sum += std::fabs(w.values[r * cols + c] * norm.normalized[c]);
-      const double bound = product_bound(abs_sum, product[r], cols) + 4.0 * kUnitRoundoff * abs_sum;
-      const double diff = std::fabs(static_cast<double>(y[r]) - product[r]);
-      if (!(diff <= bound) && ++failures <= 5) {
-        ADD_FAILURE() << "row " << r << ": GPU " << y[r] << ", CPU " << product[r] << ", |diff| " << diff
-                      << " > bound " << bound;
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q8_0}) {
+    for (const int64_t cols : {int64_t{1024}, int64_t{4096}}) {
+      SCOPED_TRACE(std::string(gguf::tensor_type_name(type)) + ", " + std::to_string(cols) + " columns");
+      const NormInput norm(cols);
+      // Fused parts, as a layer's Q, K and V.
+      const int64_t rows = 8 * 12 * int64_t{current_multiprocessor_count()} + 5;
+      const HostWeight w = random_weight(type, rows, cols, static_cast<uint32_t>(cols + 1));
+      std::vector<float> product(static_cast<size_t>(rows));
+      cpu::matmul(host_view(w), norm.normalized.data(), 1, product.data(), pool);
+      DeviceBuffer<uint8_t> d_w(w.bytes.size());
+      M40_CUDA_CHECK(cudaMemcpy(d_w.get(), w.bytes.data(), w.bytes.size(), cudaMemcpyHostToDevice));
+      const int64_t part_rows[3] = {rows / 2, rows / 4, rows - rows / 2 - rows / 4};
+      DeviceBuffer<float> d_y(static_cast<size_t>(rows));
+      M40_CUDA_CHECK(cudaMemset(d_y.get(), 0xff, d_y.bytes()));  // NaN
+      const OutputPart parts[3] = {{d_y.get(), part_rows[0]},
+                                   {d_y.get() + part_rows[0], part_rows[1]},
+                                   {d_y.get() + part_rows[0] + part_rows[1], part_rows[2]}};
+      ASSERT_TRUE(matvec_parts_normalized(device_view(w, d_w.get()), norm.d_x.get(), norm.folded(), parts, 3, stream));
+      M40_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<float> y(static_cast<size_t>(rows));
+      M40_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), d_y.bytes(), cudaMemcpyDeviceToHost));
+      int failures = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        double abs_sum = 0.0;
+        for (int64_t c = 0; c < cols; ++c) abs_sum += std::fabs(w.values[r * cols + c] * norm.normalized[c]);
+        const double bound = product_bound(abs_sum, product[r], cols) + 4.0 * kUnitRoundoff * abs_sum;
+        const double diff = std::fabs(static_cast<double>(y[r]) - product[r]);
+        if (!(diff <= bound) && ++failures <= 5) {
+          ADD_FAILURE() << "row " << r << ": GPU " << y[r] << ", CPU " << product[r] << ", |diff| " << diff
+                        << " > bound " << bound;
+        }
       }
+      EXPECT_EQ(failures, 0);
+
+      // Gated, as an FFN's gate and up.
+      const int64_t gate_rows = 4 * 12 * int64_t{current_multiprocessor_count()} + 3;
+      const HostWeight gated = random_weight(type, 2 * gate_rows, cols, static_cast<uint32_t>(cols + 2));
+      EXPECT_TRUE(expect_gated_matches_cpu(gated, gate_rows, GatedActivation::Silu, 1, stream, pool, &norm));
+
+      // A Q6_K product does not fold.
+      const HostWeight q6 = random_weight(TensorType::Q6_K, 37, cols, 5);
+      DeviceBuffer<uint8_t> d_q6(q6.bytes.size());
+      const OutputPart whole[1] = {{d_y.get(), 37}};
+      EXPECT_FALSE(
+          matvec_parts_normalized(device_view(q6, d_q6.get()), norm.d_x.get(), norm.folded(), whole, 1, stream));
     }
-    EXPECT_EQ(failures, 0);
-
-    // Gated, as an FFN's gate and up.
-    const int64_t gate_rows = 4 * 12 * int64_t{current_multiprocessor_count()} + 3;
-    const HostWeight gated = random_weight(TensorType::Q4_K, 2 * gate_rows, cols, static_cast<uint32_t>(cols + 2));
-    EXPECT_TRUE(expect_gated_matches_cpu(gated, gate_rows, GatedActivation::Silu, 1, stream, pool, &norm));
-
-    // A Q6_K product does not fold.
-    const HostWeight q6 = random_weight(TensorType::Q6_K, 37, cols, 5);
-    DeviceBuffer<uint8_t> d_q6(q6.bytes.size());
-    const OutputPart whole[1] = {{d_y.get(), 37}};
-    EXPECT_FALSE(matvec_parts_normalized(device_view(q6, d_q6.get()), norm.d_x.get(), norm.folded(), whole, 1, stream));
   }
   // Rows wider than the streamed kernel's 4096 columns do not fold.
   const NormInput wide_norm(4352);
