@@ -50,11 +50,12 @@ __host__ __device__ constexpr int streamed_threads() {
 constexpr int kStreamSums = 8;
 // Q4_K, one token: 5 blocks of 128 threads per SM, a cap of 102 registers,
 // which CUDA 11.8 meets without spills for sm_52 (95) and sm_90 (93). (4
-// blocks: equal on the large products, 0.2 us faster on 4096x4096; 6 rows
-// and 16 rows, or loading the next batch before computing this one (double
-// the raw registers, 3 blocks per SM), were slower on an H100.) Two tokens
-// hold twice the x: 4 blocks, 128 registers. Q8_0 (256 threads, a 16-value
-// unit's x): 3 blocks (85 registers; 80 used).
+// blocks: equal on the large products, 0.2 us faster on 4096x4096; batches
+// of 4 and of 16 rows, or loading the next batch before computing this one
+// (double the raw registers, 3 blocks per SM), were slower on an H100.) Two
+// tokens hold twice the x: 4 blocks, 128 registers. Q8_0 (256 threads, a
+// 16-value unit's x; one token, launch_streamed_with): 3 blocks (85
+// registers; 80 used).
 template <class Dec>
 __host__ __device__ constexpr int streamed_blocks_per_sm_cap(int tokens) {
   if constexpr (streamed_threads<Dec>() == 128) return tokens == 1 ? 5 : 4;
