@@ -73,8 +73,8 @@ bool matvec_gated(const DeviceWeight& w, int64_t gate_rows, GatedActivation act,
 // output: the product takes the residual stream x itself and multiplies W
 // by rms_norm(x) * weight, as the rms_norm kernel would have written it (no
 // norm launch, no normalized copy of x). Only the streamed kernel folds
-// (matmul_streamed.cu: one-token Q4_K, Q8_0 and Q4_0 products of rows up to
-// 4096 columns, whose blocks each hold the whole of x); the functions below return false,
+// (matmul_streamed.cu: one-token Q4_K, Q8_0, Q4_0 and IQ4_XS products of
+// rows up to 4096 columns, whose blocks each hold the whole of x); the functions below return false,
 // having done nothing, for any other product, and the caller normalizes
 // first.
 struct FoldedNorm {

@@ -186,8 +186,8 @@ bool launch_matvec_pair(const Product& a, const Product& b);
 // launch_matvec would choose: for the bench.
 void launch_matvec_kernel(const Product& p);
 
-// One- and two-token Q4_K and one-token Q8_0 and Q4_0 products of rows up
-// to 4096 columns, plain, with a residual, in fused parts or gated, x normalized
+// One- and two-token Q4_K and one-token Q8_0, Q4_0 and IQ4_XS products of
+// rows up to 4096 columns, plain, with a residual, in fused parts or gated, x normalized
 // first where `norm` has a weight (one token only) (matmul_streamed.cu);
 // false, having launched nothing, for any other product.
 bool launch_streamed(const Product& p, const FoldedNorm& norm = {});

@@ -1,7 +1,7 @@
 // Decode products of rows up to 4096 columns, streamed (Q4_K at one and two
-// tokens, Q8_0 and Q4_0 at one): a block's lanes each own one unit of every
-// row (Q4_K's wide units of 32 values, matmul_decode_wide.cuh, Q8_0's 16 or
-// Q4_0's wide 16), load that
+// tokens, Q8_0, Q4_0 and IQ4_XS at one): a block's lanes each own one unit
+// of every row (Q4_K's wide units of 32 values, matmul_decode_wide.cuh, or
+// the 16 of Q8_0 and of Q4_0's and IQ4_XS's wide units), load that
 // unit's x into registers once, and then walk a batch of 8 sums (8 rows of
 // one token, 4 of two) after another (grid-stride over the product's
 // batches, as many blocks as the GPU holds at once). Each batch's sums are
@@ -40,7 +40,7 @@ namespace m40::cuda::mm {
 namespace {
 
 // Rows of up to 4096 columns, one lane per unit: 128 lanes of Q4_K's wide
-// units (32 values), 256 of Q8_0's and Q4_0's (16).
+// units (32 values), 256 of the others' (16).
 constexpr int kMaxStreamedCols = 4096;
 template <class Dec>
 __host__ __device__ constexpr int streamed_threads() {
@@ -54,9 +54,9 @@ constexpr int kStreamSums = 8;
 // blocks: equal on the large products, 0.2 us faster on 4096x4096; batches
 // of 4 and of 16 rows, or loading the next batch before computing this one
 // (double the raw registers, 3 blocks per SM), were slower on an H100.) Two
-// tokens hold twice the x: 4 blocks, 128 registers. Q8_0 and Q4_0 (256
-// threads, a 16-value unit's x; one token, launch_streamed_with): 3 blocks
-// (85 registers; 80 used).
+// tokens hold twice the x: 4 blocks, 128 registers. Q8_0, Q4_0 and IQ4_XS
+// (256 threads, a 16-value unit's x; one token, launch_streamed_with): 3
+// blocks (85 registers; 80 used).
 template <class Dec>
 __host__ __device__ constexpr int streamed_blocks_per_sm_cap(int tokens) {
   if constexpr (streamed_threads<Dec>() == 128) return tokens == 1 ? 5 : 4;
@@ -94,6 +94,10 @@ __global__ void __launch_bounds__(streamed_threads<Dec>(), streamed_blocks_per_s
   const int unit = lane % Dec::kUnitsPerBlock;
   const size_t lane_bytes = static_cast<size_t>(active ? lane / Dec::kUnitsPerBlock : 0) * Dec::kBlockBytes;
   const int warp_slots = (n_batches + stride - 1) / stride * kStreamSums;
+  if constexpr (HasSharedTable<Dec>::value) {  // IQ4_XS's levels
+    Dec::fill_table();
+    __syncthreads();
+  }
 
   // The lane's x of each token (the block's lanes hold all of it).
   float xv[kTokens][kPieces][8];
@@ -270,7 +274,8 @@ bool launch_streamed_tokens(const Product& p, const FoldedNorm& norm) {
 // kTwoTokens: two-token products too. Q8_0's and Q4_0's were slower than
 // the matvec kernel's (H100, 7B tg64@2, t/s: Q8_0 578-581 -> 575-577, Q4_0
 // 701-704 -> 686-688; one token 305-306 -> 312-314 and 414-421 -> 439-440
-// with the folded norms), so those stream one token only.
+// with the folded norms), so those stream one token only, as does IQ4_XS
+// (358 -> 406-409 at one token; two not measured streamed).
 template <class Dec, bool kTwoTokens>
 bool launch_streamed_with(const Product& p, const FoldedNorm& norm) {
   if (p.cols % Dec::kUnit != 0 || p.cols > kMaxStreamedCols) return false;
@@ -288,6 +293,7 @@ bool launch_streamed(const Product& p, const FoldedNorm& norm) {
   if (p.type == gguf::TensorType::Q4_K) return launch_streamed_with<DecodeQ4_KWide, true>(p, norm);
   if (p.type == gguf::TensorType::Q8_0) return launch_streamed_with<DecodeQ8_0, false>(p, norm);
   if (p.type == gguf::TensorType::Q4_0) return launch_streamed_with<DecodeQ4_0Wide, false>(p, norm);
+  if (p.type == gguf::TensorType::IQ4_XS) return launch_streamed_with<DecodeIQ4_XSWide, false>(p, norm);
   return false;
 }
 

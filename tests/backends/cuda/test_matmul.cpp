@@ -384,8 +384,8 @@ TEST_P(Matmul, GatedProductsMatchCpu) {
   cudaStreamDestroy(stream);
 }
 
-// One- and two-token Q4_K and one-token Q8_0 and Q4_0 products of rows up
-// to 4096 columns stream their rows (matmul_streamed.cu; two Q8_0 or Q4_0
+// One- and two-token Q4_K and one-token Q8_0, Q4_0 and IQ4_XS products of
+// rows up to 4096 columns stream their rows (matmul_streamed.cu; their two
 // tokens take the matvec kernel, checked here as well): each block walks several batches
 // of 8 (4) rows when there are more than 5 (2 to 4) blocks of them per SM,
 // the last batch partly past the end; lanes past a narrow row's units
@@ -396,7 +396,7 @@ TEST(MatmulShapes, StreamedProductsMatchCpu) {
   cudaStream_t stream = nullptr;
   M40_CUDA_CHECK(cudaStreamCreate(&stream));
   cpu::ThreadPool pool(2);
-  for (const TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q4_0}) {
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q4_0, TensorType::IQ4_XS}) {
     const int64_t walked_rows = 8 * 12 * int64_t{current_multiprocessor_count()} + 3;
     const HostWeight walked = random_weight(type, walked_rows, 1024, 41);
     const HostWeight wide = random_weight(type, 301, 4096, 43);
@@ -414,7 +414,7 @@ TEST(MatmulShapes, StreamedProductsMatchCpu) {
 }
 
 // A layer's RMSNorm folded into a streamed product (matvec_parts_normalized,
-// matvec_gated_normalized; Q4_K, Q8_0 and Q4_0): the product of rms_norm(x) *
+// matvec_gated_normalized; Q4_K, Q8_0, Q4_0, IQ4_XS): the product of rms_norm(x) *
 // weight, as the CPU computes it from x. Products the streamed kernel does not take (two
 // tokens are not asked; Q6_K, or rows wider than 4096) decline.
 TEST(MatmulShapes, FoldedNormMatchesCpu) {
@@ -422,7 +422,7 @@ TEST(MatmulShapes, FoldedNormMatchesCpu) {
   cudaStream_t stream = nullptr;
   M40_CUDA_CHECK(cudaStreamCreate(&stream));
   cpu::ThreadPool pool(2);
-  for (const TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q4_0}) {
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q4_0, TensorType::IQ4_XS}) {
     for (const int64_t cols : {int64_t{1024}, int64_t{4096}}) {
       SCOPED_TRACE(std::string(gguf::tensor_type_name(type)) + ", " + std::to_string(cols) + " columns");
       const NormInput norm(cols);
