@@ -662,10 +662,11 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
 // as many as the pacer's budget pays for (budget tokens through every
 // layer cost about as much as budget x n_layer / chunk layers of the
 // chunk, more on a GPU, where a few tokens run far below the prefill
-// kernels' rate), until it has passed them all. One slice runs at a time: the oldest slot reading a prompt
-// starts it, and it goes on, if more slowly (0 layers on the pacer's
-// reference steps), whatever the budget does next; the rest of the layers
-// in one step once pacing stops (no stream left, or a burst of requests).
+// kernels' rate), until it has passed them all. One slice runs at a time:
+// the oldest slot reading a prompt starts it, and it goes on, if more
+// slowly (0 layers on the pacer's reference steps), whatever the budget
+// does next; the rest of the layers in one step once pacing stops (no
+// stream left, or a burst of requests).
 std::optional<Scheduler::SliceStep> Scheduler::plan_slice(const std::vector<Slot*>& by_age, int n_decode, int budget) {
   const int n_layer = slices_.layers;
   if (n_layer < 2 || budget == 0) return std::nullopt;

@@ -522,24 +522,24 @@ bool CudaBackend::enqueue_dense_ffn(const LayerOnDevice& w, int n, const float* 
       matvec_gated_normalized(w.w_gate_up, w.w_gate.rows, act, x_, FoldedNorm{w.ffn_norm, hp.rms_eps}, gate_,
                               stream_)) {
     stage_timer_.mark(stream_, "ffn_norm_gate_up_activation");
-    return enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n, "ffn_down", next_attn_norm);
-  }
-  if (norm_due) {
-    rms_norm(x_, w.ffn_norm, xn_, n, static_cast<int>(hp.n_embd), hp.rms_eps, stream_);
-    stage_timer_.mark(stream_, "ffn_norm");
-  }
-  if (paired && matvec_gated(w.w_gate_up, w.w_gate.rows, act, xn_, n, gate_, stream_)) {
-    stage_timer_.mark(stream_, "gate_up_activation");
   } else {
-    enqueue_xn_products(w.w_gate_up, {{&w.w_gate, gate_}, {&w.w_up, up_}}, n);
-    stage_timer_.mark(stream_, "gate_up");
-    const int64_t ff_values = int64_t{n} * hp.n_ff;
-    if (gelu) {
-      gelu_mul(gate_, up_, gate_, ff_values, stream_);
-    } else {
-      silu_mul(gate_, up_, gate_, ff_values, stream_);
+    if (norm_due) {
+      rms_norm(x_, w.ffn_norm, xn_, n, static_cast<int>(hp.n_embd), hp.rms_eps, stream_);
+      stage_timer_.mark(stream_, "ffn_norm");
     }
-    stage_timer_.mark(stream_, "ffn_activation");
+    if (paired && matvec_gated(w.w_gate_up, w.w_gate.rows, act, xn_, n, gate_, stream_)) {
+      stage_timer_.mark(stream_, "gate_up_activation");
+    } else {
+      enqueue_xn_products(w.w_gate_up, {{&w.w_gate, gate_}, {&w.w_up, up_}}, n);
+      stage_timer_.mark(stream_, "gate_up");
+      const int64_t ff_values = int64_t{n} * hp.n_ff;
+      if (gelu) {
+        gelu_mul(gate_, up_, gate_, ff_values, stream_);
+      } else {
+        silu_mul(gate_, up_, gate_, ff_values, stream_);
+      }
+      stage_timer_.mark(stream_, "ffn_activation");
+    }
   }
   return enqueue_branch_output(w.w_down, gate_, nullptr, w.post_ffn_norm, n, "ffn_down", next_attn_norm);
 }

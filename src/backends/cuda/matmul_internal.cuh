@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "backends/cuda/gated_activation.cuh"
 #include "backends/cuda/matmul.h"
@@ -133,6 +134,18 @@ struct Product {
     return slice;
   }
 };
+
+// Calls f(std::integral_constant<int, i>{}) for i = 0 .. kCount - 1: loops
+// whose index must be a template argument (a decoder's pieces and scale
+// groups).
+template <class F, int... i>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, i...>) {
+  (f(std::integral_constant<int, i>{}), ...);
+}
+template <int kCount, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl(f, std::make_integer_sequence<int, kCount>{});
+}
 
 template <class Decoder>
 struct DecoderTag {

@@ -135,17 +135,6 @@ __device__ __forceinline__ void accumulate_unit(const typename Dec::Raw* raw, in
   }
 }
 
-// Calls f(std::integral_constant<int, i>{}) for i = 0 .. kCount - 1: loops
-// whose index must be a template argument.
-template <class F, int... i>
-__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, i...>) {
-  (f(std::integral_constant<int, i>{}), ...);
-}
-template <int kCount, class F>
-__device__ __forceinline__ void static_for(F&& f) {
-  static_for_impl(f, std::make_integer_sequence<int, kCount>{});
-}
-
 // The factored form of accumulate_unit (matmul_decode.cuh): per row, token
 // and scale group, dot(q, x) over the group's values, then acc += scale *
 // dot for the signed quants; for the fraction quants (q' = 1/2 + q / 256),

@@ -60,15 +60,24 @@ constexpr int kStreamSums = 8;
 template <class Dec>
 __host__ __device__ constexpr int streamed_blocks_per_sm_cap(int tokens) {
   if constexpr (streamed_threads<Dec>() == 128) return tokens == 1 ? 5 : 4;
-  return tokens == 1 ? 3 : 2;
+  return 3;  // one token only
 }
 // Shared memory for the parked sums past which a product keeps the matvec
 // kernel (a vocabulary-sized Q4_K output head on a GPU of few SMs).
 constexpr size_t kMaxParkedBytes = 32 * 1024;
 
-template <class F, int... i>
-__device__ __forceinline__ void for_each_index(F&& f, std::integer_sequence<int, i...>) {
-  (f(std::integral_constant<int, i>{}), ...);
+// Values 8 p .. 8 p + 7 of the lane's unit from a row of floats (x, a
+// norm weight); zeros for a lane past the row's units.
+template <class Dec>
+__device__ __forceinline__ void load_lane_piece(const float* row, int lane, int unit, int p, bool active,
+                                                float (&v)[8]) {
+  float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+  if (active) {
+    const float* src = row + Dec::kUnit * lane + piece_offset<Dec>(unit, p);
+    a = __ldg(reinterpret_cast<const float4*>(src));
+    b = __ldg(reinterpret_cast<const float4*>(src + 4));
+  }
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
 // kTokens (1 or 2) tokens' x a lane; a batch is kStreamSums / kTokens rows
@@ -105,14 +114,7 @@ __global__ void __launch_bounds__(streamed_threads<Dec>(), streamed_blocks_per_s
   for (int t = 0; t < kTokens; ++t) {
 #pragma unroll
     for (int p = 0; p < kPieces; ++p) {
-      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
-      if (active) {
-        const float* src = x + static_cast<size_t>(t) * cols + Dec::kUnit * lane + piece_offset<Dec>(unit, p);
-        a = __ldg(reinterpret_cast<const float4*>(src));
-        b = __ldg(reinterpret_cast<const float4*>(src + 4));
-      }
-      xv[t][p][0] = a.x, xv[t][p][1] = a.y, xv[t][p][2] = a.z, xv[t][p][3] = a.w;
-      xv[t][p][4] = b.x, xv[t][p][5] = b.y, xv[t][p][6] = b.z, xv[t][p][7] = b.w;
+      load_lane_piece<Dec>(x + static_cast<size_t>(t) * cols, lane, unit, p, active, xv[t][p]);
     }
   }
   // A folded RMSNorm: x * scale * weight, as the rms_norm kernel computes
@@ -129,13 +131,8 @@ __global__ void __launch_bounds__(streamed_threads<Dec>(), streamed_blocks_per_s
       const float scale = rms_scale(block_sum(squares, scratch), cols, norm.eps);
 #pragma unroll
       for (int p = 0; p < kPieces; ++p) {
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
-        if (active) {
-          const float* src = norm.weight + Dec::kUnit * lane + piece_offset<Dec>(unit, p);
-          a = __ldg(reinterpret_cast<const float4*>(src));
-          b = __ldg(reinterpret_cast<const float4*>(src + 4));
-        }
-        const float g[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float g[8];
+        load_lane_piece<Dec>(norm.weight, lane, unit, p, active, g);
 #pragma unroll
         for (int j = 0; j < 8; ++j) xv[0][p][j] = xv[0][p][j] * scale * g[j];
       }
@@ -145,12 +142,14 @@ __global__ void __launch_bounds__(streamed_threads<Dec>(), streamed_blocks_per_s
   // quants' offset: matvec's accumulate_unit_factored; unused for signed
   // quants).
   float x_half[kTokens][kGroups] = {};
+  if constexpr (Dec::kFractionQuants) {
 #pragma unroll
-  for (int t = 0; t < (Dec::kFractionQuants ? kTokens : 0); ++t) {
+    for (int t = 0; t < kTokens; ++t) {
 #pragma unroll
-    for (int p = 0; p < kPieces; ++p) {
-      const float(&v)[8] = xv[t][p];
-      x_half[t][p / kPiecesPerGroup] += -0.5f * (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])));
+      for (int p = 0; p < kPieces; ++p) {
+        const float(&v)[8] = xv[t][p];
+        x_half[t][p / kPiecesPerGroup] += -0.5f * (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])));
+      }
     }
   }
 
@@ -177,36 +176,32 @@ __global__ void __launch_bounds__(streamed_threads<Dec>(), streamed_blocks_per_s
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       float acc[kTokens] = {};
-      for_each_index(
-          [&](auto group_index) {
-            constexpr int kGroup = decltype(group_index)::value;
-            float dot[kTokens] = {};
-            for_each_index(
-                [&](auto piece_index) {
-                  constexpr int kPiece = kGroup * kPiecesPerGroup + decltype(piece_index)::value;
-                  float q[8];
-                  Dec::template quants<kPiece>(raw[i], unit, q);
+      static_for<kGroups>([&](auto group_index) {
+        constexpr int kGroup = decltype(group_index)::value;
+        float dot[kTokens] = {};
+        static_for<kPiecesPerGroup>([&](auto piece_index) {
+          constexpr int kPiece = kGroup * kPiecesPerGroup + decltype(piece_index)::value;
+          float q[8];
+          Dec::template quants<kPiece>(raw[i], unit, q);
 #pragma unroll
-                  for (int t = 0; t < kTokens; ++t) {
+          for (int t = 0; t < kTokens; ++t) {
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) dot[t] = fmaf(q[j], xv[t][kPiece][j], dot[t]);
-                  }
-                },
-                std::make_integer_sequence<int, kPiecesPerGroup>{});
-            // Fraction quants: F scale (dot - sum / 2) - offset * sum, as
-            // in matvec; signed quants: scale * dot.
-            const float2 scale = Dec::unit_scale(raw[i], unit, kGroup);
+            for (int j = 0; j < 8; ++j) dot[t] = fmaf(q[j], xv[t][kPiece][j], dot[t]);
+          }
+        });
+        // Fraction quants: F scale (dot - sum / 2) - offset * sum, as in
+        // matvec; signed quants: scale * dot.
+        const float2 scale = Dec::unit_scale(raw[i], unit, kGroup);
 #pragma unroll
-            for (int t = 0; t < kTokens; ++t) {
-              if constexpr (Dec::kFractionQuants) {
-                acc[t] = fmaf(FractionScale<Dec>::value * scale.x, dot[t] + x_half[t][kGroup], acc[t]);
-                acc[t] = fmaf(2.0f * scale.y, x_half[t][kGroup], acc[t]);
-              } else {
-                acc[t] = fmaf(scale.x, dot[t], acc[t]);
-              }
-            }
-          },
-          std::make_integer_sequence<int, kGroups>{});
+        for (int t = 0; t < kTokens; ++t) {
+          if constexpr (Dec::kFractionQuants) {
+            acc[t] = fmaf(FractionScale<Dec>::value * scale.x, dot[t] + x_half[t][kGroup], acc[t]);
+            acc[t] = fmaf(2.0f * scale.y, x_half[t][kGroup], acc[t]);
+          } else {
+            acc[t] = fmaf(scale.x, dot[t], acc[t]);
+          }
+        }
+      });
 #pragma unroll
       for (int t = 0; t < kTokens; ++t) sums[t * kRows + i] = active ? acc[t] : 0.0f;
     }
