@@ -162,7 +162,7 @@ void CudaBackend::allocate(const model::ModelWeights& weights) {
 }
 
 CudaBackend::~CudaBackend() {
-  for (auto& [n, graph] : decode_graphs_) {
+  for (auto& [key, graph] : decode_graphs_) {
     if (graph != nullptr) cudaGraphExecDestroy(graph);  // a row split's shards but 0 hold none
   }
   destroy_streams();
@@ -631,8 +631,9 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
     std::memcpy(chunk_hidden, host_hidden_.as<float>(), n * row_bytes);
   };
   // A decode step (every token wants logits, few tokens) replays a graph
-  // captured once per batch size; its kernels read positions from the device,
-  // and the attention is sized for the whole context so the graph stays valid.
+  // captured once per batch size and span of positions; its kernels read
+  // positions from the device, and the attention is sized for the span
+  // (decode_graph_span), so the graph stays valid for every step it covers.
   // (Stage timing runs the steps eagerly: events inside graphs do not time.)
   // (A stage before the last computes no outputs: any few tokens qualify.)
   // (A row split's shards decide alike: each holds the last layer.)
@@ -641,8 +642,9 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   const bool decode_step = options_.use_graphs && !stage_timer_.enabled() && outputs_fit && n <= kMaxMatvecTokens &&
                            batch.slice.tokens == 0;
   if (decode_step) {
-    auto it = decode_graphs_.find(n);
-    if (it == decode_graphs_.end()) it = decode_graphs_.emplace(n, capture_decode_graph(n)).first;
+    const auto key = std::make_pair(n, decode_graph_span(max_positions, options_.n_ctx));
+    auto it = decode_graphs_.find(key);
+    if (it == decode_graphs_.end()) it = decode_graphs_.emplace(key, capture_decode_graph(n, key.second)).first;
     if (sharded()) {
       // One graph over every shard's GPU, launched by shard 0.
       options_.exchange->launch(options_.shard.index, stream_, it->second);
@@ -713,7 +715,13 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
   stage_timer_.collect();
 }
 
-cudaGraphExec_t CudaBackend::capture_decode_graph(int n) {
+int decode_graph_span(int max_positions, int n_ctx) {
+  int span = 64;
+  while (span < max_positions && span < n_ctx) span *= 2;
+  return std::min(span, n_ctx);
+}
+
+cudaGraphExec_t CudaBackend::capture_decode_graph(int n, int span) {
   cudaGraph_t graph = nullptr;
   if (sharded()) {
     // Shard 0's stream captures; the other shards' streams join it.
@@ -722,7 +730,7 @@ cudaGraphExec_t CudaBackend::capture_decode_graph(int n) {
     M40_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   }
   try {
-    enqueue_layers(n, options_.n_ctx);
+    enqueue_layers(n, span);
     if (computes_output()) enqueue_output(x_, n);
   } catch (...) {
     if (!sharded() || options_.shard.index == 0) {

@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
@@ -48,6 +49,15 @@ struct CudaBackendOptions {
   model::RowShard shard{};
   ShardExchange* exchange = nullptr;
 };
+
+// The positions a decode graph's attention is sized for, when the step's
+// tokens see at most max_positions: the next power of two from 64 up,
+// capped at the context. The split attention plans its parts for the span
+// it is given, so a graph sized for the whole context would launch (and
+// combine) parts for positions a short conversation does not have; one
+// graph per span and batch size keeps that cost to at most twice the
+// positions present.
+int decode_graph_span(int max_positions, int n_ctx);
 
 class CudaBackend : public backend::Backend {
  public:
@@ -163,10 +173,10 @@ class CudaBackend : public backend::Backend {
   // it (matvec_parts), else one product each.
   void enqueue_xn_products(const DeviceWeight& fused, std::initializer_list<XnProduct> products, int n);
   // Captures a decode step of n tokens (the layers, and the outputs where
-  // this GPU computes them) as a graph; a row split's shards capture one
-  // graph together (ShardExchange::begin_capture), which shard 0 gets, the
-  // others null.
-  cudaGraphExec_t capture_decode_graph(int n);
+  // this GPU computes them) with the attention sized for `span` positions
+  // as a graph; a row split's shards capture one graph together
+  // (ShardExchange::begin_capture), which shard 0 gets, the others null.
+  cudaGraphExec_t capture_decode_graph(int n, int span);
   // Final norm and output head (with the logits' scale and soft-cap) for
   // n_out consecutive hidden-state rows.
   void enqueue_output(const float* rows, int n_out);
@@ -240,7 +250,8 @@ class CudaBackend : public backend::Backend {
   PinnedBuffer host_hidden_;  // a stage's hand-over: max_batch x n_embd
   int max_logit_rows_ = 32;
 
-  std::map<int, cudaGraphExec_t> decode_graphs_;  // by batch size (null: a row split's shard other than 0)
+  // By batch size and decode_graph_span (null: a row split's shard other than 0).
+  std::map<std::pair<int, int>, cudaGraphExec_t> decode_graphs_;
   StageTimer stage_timer_;  // M40_CUDA_STAGE_TIMES=1: GPU time per stage, printed at the end
 };
 

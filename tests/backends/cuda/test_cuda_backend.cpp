@@ -2,7 +2,8 @@
 // ones and the architectures of shared/models/arch the CPU runs), and on tiny
 // models that gen-model writes in the formats no shared file holds: logits at
 // every prompt position, greedy continuations through the graph-replayed
-// decode path, several sequences in one batch (and 40, past what a graph
+// decode path (across the spans its graphs are captured for), several
+// sequences in one batch (and 40, past what a graph
 // or the attention's automatic choice covers), prompts longer than one
 // chunk, decode steps past gemma's 8-position sliding windows and
 // mistral3's temperature steps (16 positions), LongRoPE's long factors, and
@@ -235,6 +236,31 @@ TEST_P(CudaVsCpu, GreedyDecodeThroughGraphsMatchesUpToANearTie) {
     std::fill(lg.begin(), lg.end(), NAN);
     cpu->forward(batch, lc);
     gpu->forward(batch, lg);
+  }
+}
+
+// Decode graphs are captured per span of positions (decode_graph_span): a
+// conversation that grows from 56 to 140 positions replays the 64-position
+// graph, captures the 128- and 256-position ones on the way, and each step's
+// logits must stay the CPU's.
+TEST_P(CudaVsCpu, DecodeGraphsOfGrowingSpansMatchTheCpu) {
+  const int n_vocab = static_cast<int>(model_->hparams.n_vocab);
+  auto cpu = cpu_backend(320);
+  auto gpu = gpu_backend(320);
+  const auto ids = prompt(141);
+  backend::Batch batch;
+  for (int i = 0; i < 56; ++i) batch.add(ids[i], i, 0, false);
+  std::vector<float> unused;
+  cpu->forward(batch, unused);
+  gpu->forward(batch, unused);
+  std::vector<float> lc(n_vocab), lg(n_vocab);
+  for (int pos = 56; pos <= 140; ++pos) {
+    batch.clear();
+    batch.add(ids[pos], pos, 0, true);
+    std::fill(lg.begin(), lg.end(), NAN);
+    cpu->forward(batch, lc);
+    gpu->forward(batch, lg);
+    ASSERT_TRUE(close(lc.data(), lg.data())) << "position " << pos;
   }
 }
 
@@ -517,6 +543,19 @@ TEST(CudaBackend, BadBatchesAreRefusedBeforeAnyGpuWork) {
   b.add(1, 0, 0, true);
   EXPECT_NO_THROW(backend.forward(b, logits));
   EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
+}
+
+// The spans decode graphs are captured for: powers of two from 64 that hold
+// the step's positions, capped at the context. Runs without a GPU too.
+TEST(CudaBackend, DecodeGraphSpansGrowByPowersOfTwoUpToTheContext) {
+  EXPECT_EQ(cuda::decode_graph_span(1, 4096), 64);
+  EXPECT_EQ(cuda::decode_graph_span(64, 4096), 64);
+  EXPECT_EQ(cuda::decode_graph_span(65, 4096), 128);
+  EXPECT_EQ(cuda::decode_graph_span(1000, 4096), 1024);
+  EXPECT_EQ(cuda::decode_graph_span(4096, 4096), 4096);
+  EXPECT_EQ(cuda::decode_graph_span(2049, 3000), 3000);
+  EXPECT_EQ(cuda::decode_graph_span(5, 32), 32);
+  EXPECT_EQ(cuda::decode_graph_span(131072, 131072), 131072);
 }
 
 // Options no caller should pass are refused with a message before any GPU
