@@ -40,7 +40,6 @@ namespace {
 
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
-constexpr int kSplitGranule = 64;  // a context part is a multiple of this many positions
 // Keys a lane slot takes per iteration (K and V of as many more in flight):
 // 4 for blocks of one query head, whose registers allow it, else 2.
 template <int HB>
@@ -599,9 +598,9 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
     per_split = ceil_div(span, splits);
   } else {
     const int wanted = resident / blocks_per_part;
-    const int granules = ceil_div(span, kSplitGranule);
+    const int granules = ceil_div(span, kAttentionSplitGranule);
     splits = std::max(1, std::min({wanted, granules, detail::kMaxSplits}));
-    per_split = ceil_div(ceil_div(span, splits), kSplitGranule) * kSplitGranule;
+    per_split = ceil_div(ceil_div(span, splits), kAttentionSplitGranule) * kAttentionSplitGranule;
   }
   splits = ceil_div(span, per_split);
   if (!scratch_pool_ready(stream)) {
@@ -610,7 +609,7 @@ void run_decode(const KvLayer& cache, const AttentionShape& shape, float scale, 
   }
   a.n_splits = splits;
   a.positions_per_split = per_split;
-  a.split_granule = forced_splits > 0 ? 1 : kSplitGranule;
+  a.split_granule = forced_splits > 0 ? 1 : kAttentionSplitGranule;
 
   const auto launch = [&] {
     visit_variant(q8, rows_of_8, lanes, heads_per_block, [&](auto v) {

@@ -516,7 +516,7 @@ void CudaBackend::run_chunk(const backend::Batch& batch, size_t begin, size_t en
 }
 
 int decode_graph_span(int max_positions, int n_ctx) {
-  int span = 64;
+  int span = kAttentionSplitGranule;  // fewer positions are one part anyway
   while (span < max_positions && span < n_ctx) span *= 2;
   return std::min(span, n_ctx);
 }

@@ -51,8 +51,9 @@ struct CudaBackendOptions {
 };
 
 // The positions a decode graph's attention is sized for, when the step's
-// tokens see at most max_positions: the next power of two from 64 up,
-// capped at the context. The split attention plans its parts for the span
+// tokens see at most max_positions: the power of two from one split
+// granule (kAttentionSplitGranule, 64) up that holds them, capped at the
+// context. The split attention plans its parts for the span
 // it is given, so a graph sized for the whole context would launch (and
 // combine) parts for positions a short conversation does not have; one
 // graph per span and batch size keeps that cost to at most twice the

@@ -202,9 +202,14 @@ bool attention_head_dim_supported(int head_dim);
 // tokens of one sequence); GQA maps query head h to KV head h / (n_head /
 // n_head_kv). CPU twin: cpu::attention (scaled and optionally soft-capped
 // scores, softmax, weighted V, in FP32 from FP16 or Q8_0 K/V).
-// `max_positions` bounds positions[t] + 1 over the batch (sizes scratch).
+// `max_positions` bounds positions[t] + 1 over the batch (sizes scratch
+// and the decode kernel's split of the context).
 void attention(const KvLayer& cache, const AttentionShape& shape, const float* q, const int32_t* seq_ids,
                const int32_t* positions, int n_tokens, int max_positions, float* out, cudaStream_t stream);
+
+// The decode kernel splits a context into parts of whole multiples of this
+// many positions: a max_positions up to it is one part.
+inline constexpr int kAttentionSplitGranule = 64;
 
 // The same with the decode kernel at any token count (attention() takes it
 // up to 32 tokens): for tokens that are each their sequence's only one, such

@@ -54,10 +54,10 @@
 // once, except for the 2-byte-aligned block formats (Q8_0, Q4_0, IQ4_NL),
 // whose tile loads cost more than a second matvec launch (tiles_load_slowly).
 // One- and two-token Q4_K and one-token Q8_0, Q4_0 and IQ4_XS products of
-// rows up to 4096 columns take the streamed kernel (matmul_streamed.cu); Q4_K at 3 to 16 tokens the skinny kernel
-// (matmul_skinny.cu),
-// and a grouped product's narrow rows lane groups of their width
-// (launch_wide, launch_for_tokens).
+// rows up to 4096 columns take the streamed kernel (matmul_streamed.cu);
+// Q4_K at 3 to 16 tokens the skinny kernel (matmul_skinny.cu), and a
+// grouped product's narrow rows lane groups of their width (launch_wide,
+// launch_for_tokens).
 #include <algorithm>
 #include <string>
 #include <type_traits>
